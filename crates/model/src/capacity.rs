@@ -1,0 +1,251 @@
+//! vcap: from timelines to capacity (0..1024, strongest vCPU = 1024),
+//! availability and straggler flags.
+//!
+//! capacity = core speed x available share, where
+//! * core speed is work per unit of running time in the heavy phase;
+//! * available share = 1 - hypervisor share (light phase: steal, reported or
+//!   hidden) - share taken by what pre-empts even a high-priority task
+//!   (heavy phase: real-time tasks, interrupt storms).
+//!
+//! Time used by ordinary guest tasks is *not* unavailability: that is the
+//! workload vsched places, and a busy vCPU is not a weak one.
+
+use crate::ema::Ema;
+use crate::timeline::{EpisodeFilter, EpisodeStats, Timeline};
+
+/// Strongest vCPU's capacity, as on Linux's scale.
+pub const CAPACITY_SCALE: u32 = 1024;
+
+/// One vCPU's measurement from (at most) one light and one heavy window.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VcpuSample {
+    pub cpu: u32,
+    pub available_frac: f64,
+    pub hypervisor_frac: f64,
+    pub hidden_frac: f64,
+    pub reported_steal_frac: f64,
+    /// Share taken by guest work that outranks normal tasks (heavy phase only).
+    pub preempted_frac: f64,
+    /// Work units per µs of running time (heavy phase only).
+    pub speed: Option<f64>,
+    /// Inactive-episode lengths seen in either window.
+    pub episodes_ns: Vec<u64>,
+}
+
+impl VcpuSample {
+    /// Combines the windows measured on one vCPU. Either may be missing.
+    pub fn from_timelines(
+        cpu: u32,
+        light: Option<&Timeline>,
+        heavy: Option<&Timeline>,
+        filter: &EpisodeFilter,
+    ) -> VcpuSample {
+        // The light window is the better steal reading (longer, and it does
+        // not distort the vCPU); the heavy one stands in when it is all we have.
+        let steal_source = light.or(heavy);
+        let hypervisor_frac = steal_source.map_or(0.0, Timeline::hypervisor_frac);
+        let preempted_frac = heavy.map_or(0.0, Timeline::guest_frac);
+        let mut episodes_ns = Vec::new();
+        for t in light.into_iter().chain(heavy) {
+            episodes_ns.extend(t.episodes(filter));
+        }
+        VcpuSample {
+            cpu,
+            available_frac: (1.0 - hypervisor_frac - preempted_frac).clamp(0.0, 1.0),
+            hypervisor_frac,
+            hidden_frac: steal_source.map_or(0.0, Timeline::hidden_frac),
+            reported_steal_frac: steal_source.map_or(0.0, Timeline::reported_steal_frac),
+            preempted_frac,
+            speed: heavy.and_then(Timeline::speed),
+            episodes_ns,
+        }
+    }
+}
+
+/// Smoothed state of one vCPU across sampling windows (`--watch`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VcpuEstimate {
+    pub cpu: u32,
+    available: Ema,
+    hypervisor: Ema,
+    hidden: Ema,
+    reported_steal: Ema,
+    preempted: Ema,
+    speed: Ema,
+    /// Most recent episodes, newest last, at most `EPISODE_HISTORY`.
+    recent_episodes_ns: Vec<u64>,
+}
+
+/// Episodes kept per vCPU for the mean/p95 ("vCPU latency").
+pub const EPISODE_HISTORY: usize = 256;
+
+impl VcpuEstimate {
+    pub fn new(cpu: u32, half_life_s: f64) -> Self {
+        VcpuEstimate {
+            cpu,
+            available: Ema::new(half_life_s),
+            hypervisor: Ema::new(half_life_s),
+            hidden: Ema::new(half_life_s),
+            reported_steal: Ema::new(half_life_s),
+            preempted: Ema::new(half_life_s),
+            speed: Ema::new(half_life_s),
+            recent_episodes_ns: Vec::new(),
+        }
+    }
+
+    /// Folds in a sample taken `dt_s` after the previous one.
+    pub fn update(&mut self, s: &VcpuSample, dt_s: f64) {
+        self.available.update(s.available_frac, dt_s);
+        self.hypervisor.update(s.hypervisor_frac, dt_s);
+        self.hidden.update(s.hidden_frac, dt_s);
+        self.reported_steal.update(s.reported_steal_frac, dt_s);
+        self.preempted.update(s.preempted_frac, dt_s);
+        if let Some(speed) = s.speed {
+            self.speed.update(speed, dt_s);
+        }
+        self.recent_episodes_ns.extend_from_slice(&s.episodes_ns);
+        let excess = self
+            .recent_episodes_ns
+            .len()
+            .saturating_sub(EPISODE_HISTORY);
+        self.recent_episodes_ns.drain(..excess);
+    }
+
+    pub fn available_frac(&self) -> f64 {
+        self.available.value().unwrap_or(1.0)
+    }
+    pub fn hypervisor_frac(&self) -> f64 {
+        self.hypervisor.value().unwrap_or(0.0)
+    }
+    pub fn hidden_frac(&self) -> f64 {
+        self.hidden.value().unwrap_or(0.0)
+    }
+    pub fn reported_steal_frac(&self) -> f64 {
+        self.reported_steal.value().unwrap_or(0.0)
+    }
+    pub fn preempted_frac(&self) -> f64 {
+        self.preempted.value().unwrap_or(0.0)
+    }
+    pub fn speed(&self) -> Option<f64> {
+        self.speed.value()
+    }
+    pub fn episodes(&self) -> EpisodeStats {
+        EpisodeStats::from_lengths_ns(&self.recent_episodes_ns)
+    }
+
+    /// Unnormalised capacity: work per µs of wall time the vCPU can deliver.
+    pub fn raw_capacity(&self) -> Option<f64> {
+        self.speed().map(|s| s * self.available_frac())
+    }
+}
+
+/// Scales raw capacities so the strongest is 1024. A vCPU that could not be
+/// measured gets `None`; one that was measured but did no work gets 1 (the
+/// scale has no zero: an existing vCPU always has *some* capacity).
+pub fn normalize_capacities(raw: &[Option<f64>]) -> Vec<Option<u32>> {
+    let max = raw.iter().flatten().cloned().fold(0.0f64, f64::max);
+    raw.iter()
+        .map(|r| {
+            r.map(|v| {
+                if max <= 0.0 {
+                    1
+                } else {
+                    ((v / max * CAPACITY_SCALE as f64).round() as u32).clamp(1, CAPACITY_SCALE)
+                }
+            })
+        })
+        .collect()
+}
+
+/// vCPUs whose capacity is below `ratio` x the mean capacity.
+pub fn stragglers(capacities: &[Option<u32>], ratio: f64) -> Vec<bool> {
+    let known: Vec<f64> = capacities.iter().flatten().map(|&c| c as f64).collect();
+    if known.is_empty() {
+        return vec![false; capacities.len()];
+    }
+    let mean = known.iter().sum::<f64>() / known.len() as f64;
+    capacities
+        .iter()
+        .map(|c| c.is_some_and(|c| (c as f64) < ratio * mean))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::{Gap, Phase};
+
+    fn tl(phase: Phase, gaps: Vec<Gap>, work: u64, steal_ns: u64) -> Timeline {
+        Timeline {
+            cpu: 0,
+            phase,
+            window_ns: 100_000_000,
+            work_units: work,
+            reported_steal_ns: steal_ns,
+            gaps,
+        }
+    }
+
+    fn rt_gaps(on_ms: u64, period_ms: u64) -> Vec<Gap> {
+        (0..100 / period_ms)
+            .map(|i| Gap {
+                start_ns: i * period_ms * 1_000_000,
+                len_ns: on_ms * 1_000_000,
+                guest_ns: on_ms * 1_000_000,
+                hidden_ns: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn realtime_neighbour_counts_in_heavy_not_light() {
+        let light = tl(Phase::Light, rt_gaps(5, 10), 0, 0);
+        let heavy = tl(Phase::Heavy, rt_gaps(5, 10), 500_000, 0);
+        let s =
+            VcpuSample::from_timelines(0, Some(&light), Some(&heavy), &EpisodeFilter::default());
+        assert!((s.available_frac - 0.5).abs() < 1e-9);
+        assert_eq!(s.hypervisor_frac, 0.0);
+        // Light gaps are guest pre-emption: only the heavy window's 10 episodes count.
+        assert_eq!(s.episodes_ns.len(), 10);
+        assert!((s.speed.unwrap() - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn steal_reduces_availability() {
+        let light = tl(Phase::Light, vec![], 0, 30_000_000);
+        let heavy = tl(Phase::Heavy, vec![], 1_000_000, 0);
+        let s =
+            VcpuSample::from_timelines(0, Some(&light), Some(&heavy), &EpisodeFilter::default());
+        assert!((s.available_frac - 0.7).abs() < 1e-9);
+        assert!((s.reported_steal_frac - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn normalisation_and_stragglers() {
+        let caps = normalize_capacities(&[Some(10.0), Some(5.0), Some(0.5), None, Some(0.0)]);
+        assert_eq!(caps, vec![Some(1024), Some(512), Some(51), None, Some(1)]);
+        // mean of known = (1024+512+51+1)/4 = 397; 0.2 x mean = 79.4
+        assert_eq!(
+            stragglers(&caps, 0.2),
+            vec![false, false, true, false, true]
+        );
+        assert_eq!(normalize_capacities(&[Some(0.0)]), vec![Some(1)]);
+    }
+
+    #[test]
+    fn estimate_smooths_and_bounds_history() {
+        let mut e = VcpuEstimate::new(0, 1.0);
+        let mut s = VcpuSample {
+            available_frac: 1.0,
+            speed: Some(10.0),
+            episodes_ns: vec![1_000_000; 200],
+            ..Default::default()
+        };
+        e.update(&s, 0.0);
+        s.available_frac = 0.0;
+        e.update(&s, 1.0);
+        assert!((e.available_frac() - 0.5).abs() < 1e-9);
+        assert_eq!(e.episodes().count as usize, EPISODE_HISTORY);
+        assert!((e.raw_capacity().unwrap() - 5.0).abs() < 1e-9);
+    }
+}

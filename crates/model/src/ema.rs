@@ -1,0 +1,89 @@
+//! Exponential moving average with a half-life in seconds.
+//!
+//! A half-life (rather than a fixed per-sample weight) keeps the smoothing
+//! the same whatever the sampling interval: after `half_life_s` seconds an
+//! old value carries half the weight it had.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Ema {
+    half_life_s: f64,
+    value: Option<f64>,
+}
+
+impl Ema {
+    /// `half_life_s <= 0` means no smoothing: the latest sample wins.
+    pub fn new(half_life_s: f64) -> Self {
+        Ema {
+            half_life_s,
+            value: None,
+        }
+    }
+
+    /// Weight the new sample gets after `dt_s` seconds.
+    pub fn alpha(half_life_s: f64, dt_s: f64) -> f64 {
+        if half_life_s <= 0.0 || dt_s <= 0.0 {
+            return 1.0;
+        }
+        1.0 - 0.5f64.powf(dt_s / half_life_s)
+    }
+
+    /// Folds in a sample taken `dt_s` seconds after the previous one.
+    pub fn update(&mut self, sample: f64, dt_s: f64) -> f64 {
+        let next = match self.value {
+            None => sample,
+            Some(prev) => prev + Self::alpha(self.half_life_s, dt_s) * (sample - prev),
+        };
+        self.value = Some(next);
+        next
+    }
+
+    pub fn value(&self) -> Option<f64> {
+        self.value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_sample_is_taken_as_is() {
+        let mut e = Ema::new(2.0);
+        assert_eq!(e.value(), None);
+        assert_eq!(e.update(10.0, 1.0), 10.0);
+    }
+
+    #[test]
+    fn half_life_halves_the_old_weight() {
+        let mut e = Ema::new(2.0);
+        e.update(0.0, 0.0);
+        // After exactly one half-life the value is halfway to the step.
+        let v = e.update(100.0, 2.0);
+        assert!((v - 50.0).abs() < 1e-9, "{v}");
+        // Two one-second steps equal one two-second step.
+        let mut a = Ema::new(2.0);
+        a.update(0.0, 0.0);
+        a.update(100.0, 1.0);
+        let v2 = a.update(100.0, 1.0);
+        assert!((v2 - 50.0).abs() < 1e-9, "{v2}");
+    }
+
+    #[test]
+    fn zero_half_life_disables_smoothing() {
+        let mut e = Ema::new(0.0);
+        e.update(3.0, 1.0);
+        assert_eq!(e.update(7.0, 1.0), 7.0);
+    }
+
+    #[test]
+    fn converges_to_a_constant_input() {
+        let mut e = Ema::new(1.0);
+        e.update(0.0, 0.0);
+        for _ in 0..50 {
+            e.update(1024.0, 0.5);
+        }
+        assert!((e.value().unwrap() - 1024.0).abs() < 1e-3);
+    }
+}
