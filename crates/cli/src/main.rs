@@ -1,1 +1,42 @@
-fn main() {}
+//! `vsched`: makes multithreaded programs run well on cloud vCPUs.
+
+mod probe_cmd;
+mod progress;
+mod render;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "vsched",
+    version,
+    about = "Measure and adapt to the vCPUs a cloud really hands out",
+    long_about = "vsched measures each vCPU's real capacity, activity and topology from inside \
+an ordinary VM (no hypervisor help, no kernel module) so that programs can be placed and \
+synchronised accordingly."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Probe every vCPU's capacity, activity (inactive episodes) and topology
+    Probe(probe_cmd::ProbeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Probe(args) => probe_cmd::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vsched: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -25,6 +25,18 @@ pub struct ProbeReport {
     /// What could not be measured, or measured only approximately, and why.
     pub warnings: Vec<String>,
     pub timing: Timing,
+    /// Under `--watch`: CPU the probing has cost so far.
+    pub overhead: Option<Overhead>,
+}
+
+/// CPU spent by probing, as a share of one vCPU's time since probing began.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Overhead {
+    pub elapsed_s: f64,
+    /// Light-phase spinning: idle cycles only (SCHED_IDLE), given up to any task.
+    pub light_pct_of_one_vcpu: f64,
+    /// Everything else: heavy phases, topology checks, bookkeeping, output.
+    pub heavy_and_bookkeeping_pct_of_one_vcpu: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,6 +189,29 @@ pub fn topology_report(
         pairs_probed: probes.len(),
         pairs_inferred,
         probes,
+    }
+}
+
+impl TopologyReport {
+    /// Rebuilds the classified topology (e.g. from an earlier `--json` output)
+    /// so it can be validated.
+    pub fn to_topology(&self) -> Topology {
+        let mut relations = std::collections::BTreeMap::new();
+        let mut latency_ns = std::collections::BTreeMap::new();
+        for (i, &a) in self.cpus.iter().enumerate() {
+            for (j, &b) in self.cpus.iter().enumerate().skip(i + 1) {
+                if let Some(rel) = self.relation[i][j] {
+                    relations.insert((a.min(b), a.max(b)), rel);
+                    latency_ns.insert((a.min(b), a.max(b)), self.latency_ns[i][j]);
+                }
+            }
+        }
+        Topology {
+            cpus: self.cpus.clone(),
+            relations,
+            latency_ns,
+            levels: self.levels.clone(),
+        }
     }
 }
 
@@ -341,6 +376,7 @@ mod tests {
         assert!(rows[0].stacked && !rows[2].stacked);
         assert_eq!(rows[0].llc_group, rows[2].llc_group);
         let tr = topology_report(&topo, "full", None, probes, 0);
+        assert_eq!(tr.to_topology(), topo);
         assert_eq!(tr.relation[0][1], Some(Relation::Stacked));
         assert_eq!(tr.latency_ns[0][2], Some(50.0));
         assert_eq!(tr.latency_ns[1][1], None);
@@ -374,6 +410,7 @@ mod tests {
             verdicts: v,
             warnings: vec![],
             timing: Timing::default(),
+            overhead: None,
         };
         let json = serde_json::to_string(&report).unwrap();
         let back: ProbeReport = serde_json::from_str(&json).unwrap();

@@ -53,7 +53,7 @@ impl Default for TopologyParams {
             stacked_max_fast_transfers: 50,
             level_gap_ratio: 1.5,
             level_gap_min_ns: 15.0,
-            smt_anchor_ns: 25.0,
+            smt_anchor_ns: 15.0,
         }
     }
 }

@@ -1,1 +1,11 @@
-pub fn x() {}
+//! vCPU probers: measure each vCPU's capacity and activity (vcap/vact) and
+//! the topology between vCPUs (vtop) from inside an ordinary guest.
+//!
+//! The probers change nothing outside their own threads (affinity and
+//! scheduling class of threads they create and then end), so there is
+//! nothing to restore when the process exits, however it exits.
+
+pub mod session;
+pub mod sys;
+pub mod vcap;
+pub mod vtop;

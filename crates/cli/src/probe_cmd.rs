@@ -1,0 +1,338 @@
+//! `vsched probe`: argument checking, the one-shot and `--watch` loops, output.
+
+use crate::progress::Progress;
+use crate::render;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use vsched_model::cpulist::{format_cpu_list, parse_cpu_list};
+use vsched_model::report::ProbeReport;
+use vsched_model::EpisodeFilter;
+use vsched_probe::session::{ProbeOptions, Session, StepPlan, TopologyStep};
+use vsched_probe::sys;
+use vsched_probe::vcap::SampleConfig;
+use vsched_probe::vtop::VtopConfig;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Measure {
+    /// Relative capacity (speed x available share), stragglers
+    Capacity,
+    /// Available share, steal, inactive episodes ("vCPU latency")
+    Activity,
+    /// Pairwise cache-line latency, stacked vCPUs, SMT/LLC groups
+    Topology,
+}
+
+#[derive(Args, Debug)]
+#[command(after_long_help = "\
+HOW IT WORKS
+  One prober thread per vCPU spins in a high-priority (heavy) window, then in a
+  SCHED_IDLE (light) window, all vCPUs at once, recording every gap in its own
+  timeline. Gaps split into hypervisor time (steal, reported or hidden) and
+  guest pre-emption. capacity = core speed x available share, 1024 = strongest.
+  Topology: pairs of vCPUs ping-pong a cache line; stacked vCPUs (sharing one
+  physical CPU) never overlap and complete almost no fast transfers.
+  Nothing on the system is changed: only the probe's own threads are pinned.
+
+EXAMPLES
+  vsched probe                         one probe of every online vCPU (< 1 s)
+  vsched probe --json > now.json       the same, as versioned JSON
+  vsched probe --watch --interval 2s   keep probing; EMA-smoothed updates
+  vsched probe --only topology --validate now.json
+                                       cheap re-check of an earlier topology
+  vsched probe --cpus 0-3 --duration 1s --heavy 200ms
+
+See docs/probers.md for the method and its limits, docs/schema.md for the JSON.")]
+pub struct ProbeArgs {
+    /// Print versioned JSON (one object per line under --watch) instead of tables
+    #[arg(long)]
+    json: bool,
+
+    /// Keep probing and print an update after every interval
+    #[arg(long)]
+    watch: bool,
+
+    /// Time between updates under --watch
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    interval: Duration,
+
+    /// Stop --watch after this many updates (default: until Ctrl-C)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
+
+    /// Measure only these (comma-separated)
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "WHAT")]
+    only: Vec<Measure>,
+
+    /// vCPUs to probe, kernel list syntax (e.g. 0-3,6); default: all online ones
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+
+    /// Light-phase (SCHED_IDLE) window per sample [default: 200ms, 100ms under --watch]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+
+    /// Heavy-phase (high-priority) window [default: 100ms, 10ms under --watch]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    heavy: Option<Duration>,
+
+    /// Under --watch, run a heavy phase this often
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
+    heavy_every: Duration,
+
+    /// Under --watch, validate the topology this often (full re-probe if it changed)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    topology_every: Duration,
+
+    /// Shortest gap counted as an inactive episode (shorter: interrupts, kernel threads)
+    #[arg(long, value_name = "DURATION", default_value = "200us", value_parser = parse_duration, allow_hyphen_values = true)]
+    min_episode: Duration,
+
+    /// A vCPU is a straggler below this fraction of the mean capacity
+    #[arg(long, value_name = "RATIO", default_value_t = 0.2, value_parser = parse_ratio)]
+    straggler_ratio: f64,
+
+    /// Half-life of the EMA smoothing under --watch
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
+    half_life: Duration,
+
+    /// Validate the topology of an earlier `vsched probe --json` report instead of probing it in full
+    #[arg(long, value_name = "FILE")]
+    validate: Option<PathBuf>,
+
+    /// Write the raw per-vCPU timelines (gaps, work) of the latest sample to FILE as JSON
+    #[arg(long, value_name = "FILE")]
+    trace_out: Option<PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s:?}: durations cannot be negative"));
+    }
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250ms, 2s, 500us"))?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: the duration must be greater than zero"));
+    }
+    Ok(d)
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(v > 0.0 && v < 1.0) {
+        return Err(format!("{v} must be between 0 and 1 (exclusive)"));
+    }
+    Ok(v)
+}
+
+/// Checks the requested vCPUs exist, are online and reachable; returns them.
+fn resolve_cpus(requested: Option<&str>, warnings: &mut Vec<String>) -> Result<Vec<u32>> {
+    let online = sys::online_cpus().context("reading /sys/devices/system/cpu/online")?;
+    let allowed = sys::allowed_cpus().context("reading this process's CPU affinity")?;
+    match requested {
+        Some(list) => {
+            let cpus = parse_cpu_list(list)?;
+            if cpus.is_empty() {
+                bail!("--cpus {list:?} names no vCPU");
+            }
+            for &c in &cpus {
+                if !online.contains(&c) {
+                    bail!(
+                        "vCPU {c} is not online (online vCPUs: {}); pick from those with --cpus",
+                        format_cpu_list(&online)
+                    );
+                }
+                if !allowed.contains(&c) {
+                    bail!(
+                        "vCPU {c} is outside this process's allowed CPUs ({}), e.g. a container's cpuset or taskset; \
+                         leave it out of --cpus or run vsched with access to it",
+                        format_cpu_list(&allowed)
+                    );
+                }
+            }
+            Ok(cpus)
+        }
+        None => {
+            let usable: Vec<u32> = online.iter().copied().filter(|c| allowed.contains(c)).collect();
+            let hidden: Vec<u32> = online.iter().copied().filter(|c| !allowed.contains(c)).collect();
+            if !hidden.is_empty() {
+                warnings.push(format!(
+                    "vCPUs {} are online but outside this process's allowed CPUs: not probed",
+                    format_cpu_list(&hidden)
+                ));
+            }
+            if usable.is_empty() {
+                bail!("no online vCPU is in this process's affinity mask");
+            }
+            Ok(usable)
+        }
+    }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Under --watch, Ctrl-C/SIGTERM end the loop after the current step so the
+/// last line of output is whole.
+fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+}
+
+pub fn run(args: ProbeArgs) -> Result<()> {
+    let mut warnings = Vec::new();
+    let cpus = resolve_cpus(args.cpus.as_deref(), &mut warnings)?;
+    let only = |m| args.only.is_empty() || args.only.contains(&m);
+    let (capacity, activity, topology) = (only(Measure::Capacity), only(Measure::Activity), only(Measure::Topology));
+
+    let previous = match &args.validate {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let report: ProbeReport = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a `vsched probe --json` report", path.display()))?;
+            let topo = report
+                .topology
+                .with_context(|| format!("{} has no topology to validate (was it made with --only?)", path.display()))?;
+            if topo.cpus != cpus {
+                bail!(
+                    "{} covers vCPUs {}, this probe {}: they must match to validate",
+                    path.display(),
+                    format_cpu_list(&topo.cpus),
+                    format_cpu_list(&cpus)
+                );
+            }
+            Some(topo)
+        }
+        None => None,
+    };
+
+    let ms = |d: Duration| d.as_nanos() as u64;
+    let light = args.duration.unwrap_or(if args.watch { Duration::from_millis(100) } else { Duration::from_millis(200) });
+    let heavy = args.heavy.unwrap_or(if args.watch { Duration::from_millis(10) } else { Duration::from_millis(100) });
+    if args.watch && light >= args.interval {
+        bail!(
+            "--duration ({}) must be shorter than --interval ({})",
+            humantime::format_duration(light),
+            humantime::format_duration(args.interval)
+        );
+    }
+    let opts = ProbeOptions {
+        cpus,
+        capacity,
+        activity,
+        topology,
+        sample: SampleConfig {
+            light_ns: ms(light),
+            heavy_ns: ms(heavy),
+            ..SampleConfig::default()
+        },
+        filter: EpisodeFilter {
+            min_episode_ns: ms(args.min_episode),
+            ..EpisodeFilter::default()
+        },
+        vtop: VtopConfig::default(),
+        straggler_ratio: args.straggler_ratio,
+        ema_half_life_s: args.half_life.as_secs_f64(),
+    };
+    let mut session = Session::new(opts);
+    if let Some(prev) = &previous {
+        session.set_known_topology(prev);
+    }
+    let first_topology = if previous.is_some() { TopologyStep::Validate } else { TopologyStep::Full };
+    let first = StepPlan { light: true, heavy: true, topology: first_topology };
+
+    if !args.watch {
+        let expected_s = if session.measures_vcpus() { (light + heavy).as_secs_f64() } else { 0.1 };
+        let progress = Progress::new(expected_s);
+        let mut report = session.step(first, &|what, f| progress.update(what, f));
+        progress.finish();
+        report.warnings.splice(0..0, warnings);
+        write_trace(&args, &session)?;
+        return emit(&args, &report, false);
+    }
+
+    catch_interrupts();
+    let mut last_heavy = Instant::now();
+    let mut last_topology = Instant::now();
+    let mut plan = first;
+    let mut updates = 0u64;
+    loop {
+        let step_start = Instant::now();
+        let mut report = session.step(plan, &|_, _| {});
+        report.warnings.splice(0..0, warnings.iter().cloned());
+        report.overhead = Some(session.overhead());
+        write_trace(&args, &session)?;
+        emit(&args, &report, true)?;
+        updates += 1;
+        if args.count.is_some_and(|n| updates >= n) {
+            return Ok(());
+        }
+        // Sleep out the interval in short naps so Ctrl-C is prompt.
+        while step_start.elapsed() < args.interval {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            std::thread::sleep((args.interval - step_start.elapsed()).min(Duration::from_millis(50)));
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let heavy_due = last_heavy.elapsed() >= args.heavy_every;
+        let topology_due = last_topology.elapsed() >= args.topology_every;
+        if heavy_due {
+            last_heavy = Instant::now();
+        }
+        if topology_due {
+            last_topology = Instant::now();
+        }
+        plan = StepPlan {
+            light: true,
+            heavy: heavy_due,
+            topology: if topology_due { TopologyStep::Validate } else { TopologyStep::Skip },
+        };
+    }
+}
+
+fn write_trace(args: &ProbeArgs, session: &Session) -> Result<()> {
+    if let Some(path) = &args.trace_out {
+        let json = serde_json::to_string_pretty(&session.last_raw)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn emit(args: &ProbeArgs, report: &ProbeReport, watching: bool) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let text = if args.json {
+        if watching {
+            serde_json::to_string(report)?
+        } else {
+            serde_json::to_string_pretty(report)?
+        }
+    } else {
+        let table = render::report(report);
+        if watching && std::io::stdout().is_terminal() {
+            // Redraw in place.
+            format!("\x1b[H\x1b[2J{table}")
+        } else if watching {
+            format!("--- update {}\n{table}", report.sequence)
+        } else {
+            table
+        }
+    };
+    // A closed pipe (e.g. `| head`) ends the program quietly.
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => r.context("writing output"),
+    }
+}

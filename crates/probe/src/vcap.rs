@@ -1,0 +1,209 @@
+//! vcap/vact: one prober thread per vCPU, pinned, all sampling the same
+//! window at the same time, so their results compare (vSched §3.1).
+//!
+//! Each prober runs a heavy window (high priority: core speed, and what
+//! pre-empts even a high-priority task) and/or a light window (SCHED_IDLE:
+//! only idle cycles; the hypervisor's share). Heavy runs first because an
+//! unprivileged thread may lower its priority but not raise it again.
+
+use crate::sys::{self, Policy, SchedStat};
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+use vsched_model::{Gap, Phase, Timeline};
+
+/// Settings of one sampling round.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleConfig {
+    pub light_ns: u64,
+    pub heavy_ns: u64,
+    /// A jump between two clock reads longer than this is a gap.
+    pub detect_ns: u64,
+}
+
+impl Default for SampleConfig {
+    fn default() -> Self {
+        SampleConfig {
+            light_ns: 200_000_000,
+            heavy_ns: 100_000_000,
+            detect_ns: 5_000,
+        }
+    }
+}
+
+/// What one round produced.
+#[derive(Debug, Clone, Default)]
+pub struct SampleRound {
+    pub light: Vec<Timeline>,
+    pub heavy: Vec<Timeline>,
+    pub light_policy: String,
+    pub heavy_policy: String,
+    /// CPU time the probers spent in each phase (for overhead accounting).
+    pub light_cpu_ns: u64,
+    pub heavy_cpu_ns: u64,
+    pub warnings: Vec<String>,
+}
+
+struct ProberResult {
+    light: Option<Timeline>,
+    heavy: Option<Timeline>,
+    light_policy: String,
+    heavy_policy: String,
+    light_cpu_ns: u64,
+    heavy_cpu_ns: u64,
+}
+
+/// Samples every CPU in `cpus` at once. `progress` is called from the calling
+/// thread with the elapsed fraction while the probers run.
+pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: &dyn Fn(f64)) -> SampleRound {
+    let mut round = SampleRound::default();
+    // Pin-check first so a refused CPU cannot leave the others waiting at a barrier.
+    let usable: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| match can_pin(c) {
+            Ok(()) => true,
+            Err(e) => {
+                round
+                    .warnings
+                    .push(format!("vCPU {c} not measured: cannot run a prober on it ({e})"));
+                false
+            }
+        })
+        .collect();
+    let barrier = Arc::new(Barrier::new(usable.len()));
+    let start = sys::now_ns();
+    let handles: Vec<_> = usable
+        .iter()
+        .map(|&cpu| {
+            let barrier = Arc::clone(&barrier);
+            let cfg = *cfg;
+            thread::Builder::new()
+                .name(format!("vcap-{cpu}"))
+                .spawn(move || prober(cpu, &cfg, &barrier))
+                .expect("spawning a prober thread")
+        })
+        .collect();
+    let total = (cfg.light_ns + cfg.heavy_ns).max(1);
+    while !handles.iter().all(|h| h.is_finished()) {
+        progress(((sys::now_ns() - start) as f64 / total as f64).min(1.0));
+        thread::sleep(Duration::from_millis(50));
+    }
+    for h in handles {
+        let r = h.join().expect("prober thread panicked");
+        round.light.extend(r.light);
+        round.heavy.extend(r.heavy);
+        round.light_policy = r.light_policy;
+        round.heavy_policy = r.heavy_policy;
+        round.light_cpu_ns += r.light_cpu_ns;
+        round.heavy_cpu_ns += r.heavy_cpu_ns;
+    }
+    if round.heavy_policy.starts_with("normal") {
+        round.warnings.push(
+            "heavy phase ran at normal priority (needs CAP_SYS_NICE or RLIMIT_RTPRIO): \
+             busy guest tasks will read as lower availability"
+                .to_string(),
+        );
+    }
+    round
+}
+
+fn can_pin(cpu: u32) -> std::io::Result<()> {
+    thread::scope(|s| s.spawn(|| sys::pin_current_thread(cpu)).join().unwrap())
+}
+
+fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
+    sys::pin_current_thread(cpu).expect("pinning was checked beforehand");
+    let mut r = ProberResult {
+        light: None,
+        heavy: None,
+        light_policy: String::new(),
+        heavy_policy: String::new(),
+        light_cpu_ns: 0,
+        heavy_cpu_ns: 0,
+    };
+    if cfg.heavy_ns > 0 {
+        r.heavy_policy = sys::apply_policy(Policy::High);
+        barrier.wait();
+        let c0 = sys::thread_cpu_ns();
+        r.heavy = Some(window(cpu, Phase::Heavy, cfg.heavy_ns, cfg.detect_ns));
+        r.heavy_cpu_ns = sys::thread_cpu_ns() - c0;
+    }
+    if cfg.light_ns > 0 {
+        r.light_policy = sys::apply_policy(Policy::Idle);
+        barrier.wait();
+        let c0 = sys::thread_cpu_ns();
+        r.light = Some(window(cpu, Phase::Light, cfg.light_ns, cfg.detect_ns));
+        r.light_cpu_ns = sys::thread_cpu_ns() - c0;
+    }
+    r
+}
+
+/// A fixed slice of integer work (tens of ns): the unit of "work units".
+#[inline(always)]
+fn work_unit(state: u64) -> u64 {
+    let mut x = state;
+    for _ in 0..16 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    black_box(x)
+}
+
+/// Spins for `window_ns`, recording every gap in the calling thread's timeline.
+fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
+    let mut sched = SchedStat::open_current_thread().ok();
+    let run_delay = |s: &mut Option<SchedStat>| s.as_mut().map_or(0, |s| s.run_delay_ns());
+    let steal0 = sys::steal_ns(cpu);
+    let mut gaps = Vec::new();
+    let mut units = 0u64;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ cpu as u64;
+
+    let mut last_rd = run_delay(&mut sched);
+    let mut last_cpu = sys::thread_cpu_ns();
+    let t0 = sys::now_ns();
+    let end = t0 + window_ns;
+    let mut last = t0;
+    let mut resumed = t0;
+    loop {
+        state = work_unit(state);
+        units += 1;
+        let t = sys::now_ns();
+        if t - last > detect_ns {
+            let rd = run_delay(&mut sched);
+            let c = sys::thread_cpu_ns();
+            gaps.push(Gap::from_deltas(
+                last - t0,
+                t - last,
+                rd.saturating_sub(last_rd),
+                c.saturating_sub(last_cpu),
+                last - resumed,
+            ));
+            last_rd = rd;
+            last_cpu = c;
+            // The reads above took time of their own: restart the clock after them.
+            last = sys::now_ns();
+            resumed = last;
+        } else {
+            last = t;
+        }
+        if last >= end {
+            break;
+        }
+    }
+    let window_ns = last - t0;
+    let reported_steal_ns = match (steal0, sys::steal_ns(cpu)) {
+        (Some(a), Some(b)) => b.saturating_sub(a).min(window_ns),
+        _ => 0,
+    };
+    Timeline {
+        cpu,
+        phase,
+        window_ns,
+        work_units: units,
+        reported_steal_ns,
+        gaps,
+    }
+}

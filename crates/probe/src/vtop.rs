@@ -1,0 +1,286 @@
+//! vtop: cache-line ping-pong between pairs of vCPUs (vSched §3.1).
+//!
+//! Two pinned high-priority threads take turns incrementing one counter on
+//! its own cache line: each increment is one transfer of the line. The
+//! lowest mean time per transfer over a batch is the pair's latency; the
+//! number of transfers that follow each other quickly tells whether the two
+//! vCPUs ever ran at the same time (stacked vCPUs cannot).
+
+use crate::sys::{self, Policy};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use vsched_model::topology::{self, implied_by, PairProbe, Topology, TopologyParams, FAST_TRANSFER_NS};
+
+/// Settings of pair probing.
+#[derive(Debug, Clone, Copy)]
+pub struct VtopConfig {
+    /// First window per pair; doubled on each extension.
+    pub window_ns: u64,
+    /// Stop a pair early once this many transfers were timed.
+    pub target_transfers: u64,
+    /// Windows tried before a pair with few overlapping transfers is called stacked.
+    pub max_attempts: u32,
+    pub params: TopologyParams,
+}
+
+impl Default for VtopConfig {
+    fn default() -> Self {
+        VtopConfig {
+            window_ns: 10_000_000,
+            target_transfers: 20_000,
+            max_attempts: 3,
+            params: TopologyParams::default(),
+        }
+    }
+}
+
+/// Transfers per timed batch (latency = batch time / BATCH).
+const BATCH: u64 = 32;
+
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+#[repr(align(128))]
+struct Flag(AtomicBool);
+
+/// Result of a full probe.
+#[derive(Debug, Clone)]
+pub struct FullProbe {
+    pub topology: Topology,
+    pub probes: Vec<PairProbe>,
+    pub inferred: usize,
+}
+
+/// Probes every pair of `cpus`, skipping pairs implied by stacking, running
+/// disjoint pairs in parallel. `progress` gets the fraction of pairs done.
+pub fn probe_full(cpus: &[u32], cfg: &VtopConfig, progress: &dyn Fn(f64)) -> FullProbe {
+    let mut known: BTreeMap<(u32, u32), PairProbe> = BTreeMap::new();
+    let mut measured = Vec::new();
+    let mut inferred = 0;
+    let rounds = topology::round_robin(cpus);
+    let total_pairs: usize = rounds.iter().map(Vec::len).sum();
+    for round in rounds {
+        let mut to_probe = Vec::new();
+        for (a, b) in round {
+            match implied_by(a, b, &known, &cfg.params) {
+                Some(p) => {
+                    known.insert((a, b), p);
+                    inferred += 1;
+                }
+                None => to_probe.push((a, b)),
+            }
+        }
+        for p in probe_pairs(&to_probe, cfg) {
+            known.insert((p.a, p.b), p);
+            measured.push(p);
+        }
+        progress(known.len() as f64 / total_pairs.max(1) as f64);
+    }
+    let all: Vec<PairProbe> = known.into_values().collect();
+    FullProbe {
+        topology: topology::classify(cpus, &all, &cfg.params),
+        probes: measured,
+        inferred,
+    }
+}
+
+/// Re-probes the representative pairs of `previous`. Returns the fresh
+/// probes and whether every one still falls in its old class.
+pub fn validate(previous: &Topology, cfg: &VtopConfig) -> (Vec<PairProbe>, bool) {
+    let pairs = previous.validation_pairs();
+    let mut probes = Vec::new();
+    for round in disjoint_rounds(&pairs) {
+        probes.extend(probe_pairs(&round, cfg));
+    }
+    let valid = probes.iter().all(|p| still_holds(previous, p, &cfg.params));
+    (probes, valid)
+}
+
+/// A fresh probe agrees with the old topology if stacking agrees and, for
+/// other pairs, its latency is nearest to the old level of that pair.
+fn still_holds(previous: &Topology, p: &PairProbe, params: &TopologyParams) -> bool {
+    let Some(old) = previous.relation(p.a, p.b) else {
+        return false;
+    };
+    let was_stacked = old == topology::Relation::Stacked;
+    if p.is_stacked(params) || was_stacked {
+        return p.is_stacked(params) == was_stacked;
+    }
+    let Some(lat) = p.latency_ns else {
+        return false;
+    };
+    previous
+        .levels
+        .iter()
+        .min_by(|x, y| {
+            let dx = (lat.ln() - x.median_ns.ln()).abs();
+            let dy = (lat.ln() - y.median_ns.ln()).abs();
+            dx.total_cmp(&dy)
+        })
+        .is_some_and(|nearest| nearest.relation == old)
+}
+
+/// Greedily packs pairs into rounds in which no vCPU appears twice.
+fn disjoint_rounds(pairs: &[(u32, u32)]) -> Vec<Vec<(u32, u32)>> {
+    let mut rounds: Vec<Vec<(u32, u32)>> = Vec::new();
+    for &(a, b) in pairs {
+        match rounds
+            .iter_mut()
+            .find(|r| r.iter().all(|&(x, y)| x != a && x != b && y != a && y != b))
+        {
+            Some(r) => r.push((a, b)),
+            None => rounds.push(vec![(a, b)]),
+        }
+    }
+    rounds
+}
+
+/// Probes disjoint pairs in parallel; pairs with too few overlapping
+/// transfers are retried with a doubled window, up to `max_attempts`.
+pub fn probe_pairs(pairs: &[(u32, u32)], cfg: &VtopConfig) -> Vec<PairProbe> {
+    let mut done = Vec::new();
+    let mut pending: Vec<(u32, u32)> = pairs.to_vec();
+    let mut window = cfg.window_ns;
+    let mut accumulated: BTreeMap<(u32, u32), PairProbe> = BTreeMap::new();
+    for attempt in 1..=cfg.max_attempts {
+        if pending.is_empty() {
+            break;
+        }
+        let results = run_parallel(&pending, window, cfg.target_transfers);
+        pending.clear();
+        for r in results {
+            let key = (r.a, r.b);
+            let merged = match accumulated.remove(&key) {
+                Some(prev) => PairProbe {
+                    transfers: prev.transfers + r.transfers,
+                    fast_transfers: prev.fast_transfers + r.fast_transfers,
+                    window_ns: prev.window_ns + r.window_ns,
+                    latency_ns: match (prev.latency_ns, r.latency_ns) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    },
+                    attempts: attempt,
+                    ..r
+                },
+                None => PairProbe { attempts: attempt, ..r },
+            };
+            if merged.is_stacked(&cfg.params) && attempt < cfg.max_attempts {
+                // Perhaps the two were just not active together yet: try longer.
+                accumulated.insert(key, merged);
+                pending.push(key);
+            } else {
+                done.push(merged);
+            }
+        }
+        window *= 2;
+    }
+    done.sort_by_key(|p| (p.a, p.b));
+    done
+}
+
+fn run_parallel(pairs: &[(u32, u32)], window_ns: u64, target: u64) -> Vec<PairProbe> {
+    let barrier = Arc::new(Barrier::new(pairs.len() * 2));
+    let handles: Vec<_> = pairs
+        .iter()
+        .map(|&(a, b)| {
+            let line = Arc::new(Line(AtomicU64::new(0)));
+            let stop = Arc::new(Flag(AtomicBool::new(false)));
+            let responder = {
+                let (line, stop, barrier) = (Arc::clone(&line), Arc::clone(&stop), Arc::clone(&barrier));
+                thread::spawn(move || respond(b, &line, &stop, &barrier))
+            };
+            let barrier = Arc::clone(&barrier);
+            let initiator = thread::spawn(move || {
+                let r = initiate(a, b, &line, &barrier, window_ns, target);
+                stop.0.store(true, Ordering::Release);
+                r
+            });
+            (initiator, responder)
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|(i, r)| {
+            r.join().expect("vtop responder panicked");
+            i.join().expect("vtop initiator panicked")
+        })
+        .collect()
+}
+
+fn prepare(cpu: u32) {
+    // A failed pin would make the measurement meaningless; the caller checked
+    // the CPUs are usable, so this is an invariant.
+    sys::pin_current_thread(cpu).expect("pinning a vtop prober");
+    sys::apply_policy(Policy::High);
+}
+
+/// Odd values are the responder's to write.
+fn respond(cpu: u32, line: &Line, stop: &Flag, barrier: &Barrier) {
+    prepare(cpu);
+    barrier.wait();
+    let mut expect = 1u64;
+    while !stop.0.load(Ordering::Relaxed) {
+        if line.0.load(Ordering::Acquire) == expect {
+            line.0.store(expect + 1, Ordering::Release);
+            expect += 2;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Even values are the initiator's; it also keeps time.
+fn initiate(a: u32, b: u32, line: &Line, barrier: &Barrier, window_ns: u64, target: u64) -> PairProbe {
+    prepare(a);
+    barrier.wait();
+    let start = sys::now_ns();
+    let end = start + window_ns;
+    let mut expect = 0u64;
+    let mut batch_start = start;
+    let mut batch_first = 0u64;
+    let mut fast = 0u64;
+    let mut best: Option<f64> = None;
+    let mut now;
+    let mut spins = 0u32;
+    loop {
+        if line.0.load(Ordering::Acquire) == expect {
+            line.0.store(expect + 1, Ordering::Release);
+            expect += 2;
+            // Every return of our turn is two more transfers; time them in batches.
+            if expect - batch_first >= BATCH {
+                now = sys::now_ns();
+                let per = (now - batch_start) as f64 / (expect - batch_first) as f64;
+                // A batch this quick means both vCPUs ran throughout it.
+                if per < FAST_TRANSFER_NS as f64 {
+                    fast += expect - batch_first;
+                }
+                best = Some(best.map_or(per, |b: f64| b.min(per)));
+                batch_start = now;
+                batch_first = expect;
+                if expect >= target || now >= end {
+                    break;
+                }
+            }
+        } else {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            // Check the clock now and then so that a stacked pair still ends.
+            if spins % 256 == 0 {
+                now = sys::now_ns();
+                if now >= end {
+                    break;
+                }
+            }
+        }
+    }
+    PairProbe {
+        a: a.min(b),
+        b: a.max(b),
+        transfers: line.0.load(Ordering::Acquire),
+        fast_transfers: fast,
+        window_ns: now.saturating_sub(start).max(1),
+        latency_ns: best,
+        attempts: 1,
+    }
+}
