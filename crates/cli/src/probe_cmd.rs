@@ -304,7 +304,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
 
 fn write_trace(args: &ProbeArgs, session: &Session) -> Result<()> {
     if let Some(path) = &args.trace_out {
-        let json = serde_json::to_string_pretty(&session.last_raw)?;
+        let json = serde_json::to_string(&session.last_raw)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
