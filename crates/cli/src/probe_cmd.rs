@@ -156,8 +156,16 @@ fn resolve_cpus(requested: Option<&str>, warnings: &mut Vec<String>) -> Result<V
             Ok(cpus)
         }
         None => {
-            let usable: Vec<u32> = online.iter().copied().filter(|c| allowed.contains(c)).collect();
-            let hidden: Vec<u32> = online.iter().copied().filter(|c| !allowed.contains(c)).collect();
+            let usable: Vec<u32> = online
+                .iter()
+                .copied()
+                .filter(|c| allowed.contains(c))
+                .collect();
+            let hidden: Vec<u32> = online
+                .iter()
+                .copied()
+                .filter(|c| !allowed.contains(c))
+                .collect();
             if !hidden.is_empty() {
                 warnings.push(format!(
                     "vCPUs {} are online but outside this process's allowed CPUs: not probed",
@@ -183,8 +191,14 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 fn catch_interrupts() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
-        libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(
+            libc::SIGINT,
+            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
 }
 
@@ -192,16 +206,38 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let mut warnings = Vec::new();
     let cpus = resolve_cpus(args.cpus.as_deref(), &mut warnings)?;
     let only = |m| args.only.is_empty() || args.only.contains(&m);
-    let (capacity, activity, topology) = (only(Measure::Capacity), only(Measure::Activity), only(Measure::Topology));
+    let (capacity, activity, topology) = (
+        only(Measure::Capacity),
+        only(Measure::Activity),
+        only(Measure::Topology),
+    );
 
+    if args.validate.is_some() && !topology {
+        bail!("--validate checks a topology, but --only leaves topology out");
+    }
     let previous = match &args.validate {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let report: ProbeReport = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a `vsched probe --json` report", path.display()))?;
-            let topo = report
-                .topology
-                .with_context(|| format!("{} has no topology to validate (was it made with --only?)", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let report: ProbeReport = serde_json::from_str(&text).with_context(|| {
+                format!("{} is not a `vsched probe --json` report", path.display())
+            })?;
+            let topo = report.topology.with_context(|| {
+                format!(
+                    "{} has no topology to validate (was it made with --only?)",
+                    path.display()
+                )
+            })?;
+            let n = topo.cpus.len();
+            let square = |widths: Vec<usize>| widths.len() == n && widths.iter().all(|&w| w == n);
+            if !square(topo.relation.iter().map(Vec::len).collect())
+                || !square(topo.latency_ns.iter().map(Vec::len).collect())
+            {
+                bail!(
+                    "{}: topology matrices are not {n}x{n} for {n} vCPUs; is the file intact?",
+                    path.display()
+                );
+            }
             if topo.cpus != cpus {
                 bail!(
                     "{} covers vCPUs {}, this probe {}: they must match to validate",
@@ -215,9 +251,25 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         None => None,
     };
 
-    let ms = |d: Duration| d.as_nanos() as u64;
-    let light = args.duration.unwrap_or(if args.watch { Duration::from_millis(100) } else { Duration::from_millis(200) });
-    let heavy = args.heavy.unwrap_or(if args.watch { Duration::from_millis(10) } else { Duration::from_millis(100) });
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let light = args.duration.unwrap_or(if args.watch {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_millis(200)
+    });
+    let heavy = args.heavy.unwrap_or(if args.watch {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_millis(100)
+    });
+    if heavy > Duration::from_millis(900) {
+        // Longer real-time windows run into the kernel's RT throttling
+        // (950 ms per second), which would read as made-up pre-emption.
+        bail!("--heavy may be at most 900ms");
+    }
+    if light > Duration::from_secs(3600) {
+        bail!("--duration may be at most 1h");
+    }
     if args.watch && light >= args.interval {
         bail!(
             "--duration ({}) must be shorter than --interval ({})",
@@ -231,12 +283,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         activity,
         topology,
         sample: SampleConfig {
-            light_ns: ms(light),
-            heavy_ns: ms(heavy),
+            light_ns: ns(light),
+            heavy_ns: ns(heavy),
             ..SampleConfig::default()
         },
         filter: EpisodeFilter {
-            min_episode_ns: ms(args.min_episode),
+            min_episode_ns: ns(args.min_episode),
             ..EpisodeFilter::default()
         },
         vtop: VtopConfig::default(),
@@ -247,11 +299,23 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if let Some(prev) = &previous {
         session.set_known_topology(prev);
     }
-    let first_topology = if previous.is_some() { TopologyStep::Validate } else { TopologyStep::Full };
-    let first = StepPlan { light: true, heavy: true, topology: first_topology };
+    let first_topology = if previous.is_some() {
+        TopologyStep::Validate
+    } else {
+        TopologyStep::Full
+    };
+    let first = StepPlan {
+        light: true,
+        heavy: true,
+        topology: first_topology,
+    };
 
     if !args.watch {
-        let expected_s = if session.measures_vcpus() { (light + heavy).as_secs_f64() } else { 0.1 };
+        let expected_s = if session.measures_vcpus() {
+            (light + heavy).as_secs_f64()
+        } else {
+            0.1
+        };
         let progress = Progress::new(expected_s);
         let mut report = session.step(first, &|what, f| progress.update(what, f));
         progress.finish();
@@ -281,7 +345,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            std::thread::sleep((args.interval - step_start.elapsed()).min(Duration::from_millis(50)));
+            std::thread::sleep(
+                args.interval
+                    .saturating_sub(step_start.elapsed())
+                    .min(Duration::from_millis(50)),
+            );
         }
         if INTERRUPTED.load(Ordering::SeqCst) {
             return Ok(());
@@ -297,7 +365,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         plan = StepPlan {
             light: true,
             heavy: heavy_due,
-            topology: if topology_due { TopologyStep::Validate } else { TopologyStep::Skip },
+            topology: if topology_due {
+                TopologyStep::Validate
+            } else {
+                TopologyStep::Skip
+            },
         };
     }
 }

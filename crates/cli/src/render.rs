@@ -25,11 +25,21 @@ fn list(v: &[u32]) -> String {
 fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for r in rows {
-        let line: Vec<String> = r.iter().enumerate().map(|(i, s)| format!("{s:<w$}", w = widths[i])).collect();
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s:<w$}", w = widths[i]))
+            .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out
@@ -48,8 +58,19 @@ fn short(rel: Relation) -> &'static str {
 pub fn report(r: &ProbeReport) -> String {
     let mut out = String::new();
     let mut rows = vec![[
-        "vCPU", "capacity", "avail%", "steal%", "hidden%", "preempt%", "episodes", "mean_ms", "p95_ms", "stacked_with",
-        "smt", "llc", "flags",
+        "vCPU",
+        "capacity",
+        "avail%",
+        "steal%",
+        "hidden%",
+        "preempt%",
+        "episodes",
+        "mean_ms",
+        "p95_ms",
+        "stacked_with",
+        "smt",
+        "llc",
+        "flags",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -76,7 +97,11 @@ pub fn report(r: &ProbeReport) -> String {
             list(&v.stacked_with),
             list(&v.smt_siblings),
             opt(v.llc_group),
-            if flags.is_empty() { "-".into() } else { flags.join(",") },
+            if flags.is_empty() {
+                "-".into()
+            } else {
+                flags.join(",")
+            },
         ]);
     }
     out.push_str(&table(&rows));
@@ -94,7 +119,9 @@ pub fn report(r: &ProbeReport) -> String {
                 None => "",
             }
         );
-        let mut rows = vec![std::iter::once(String::new()).chain(t.cpus.iter().map(|c| c.to_string())).collect()];
+        let mut rows = vec![std::iter::once(String::new())
+            .chain(t.cpus.iter().map(|c| c.to_string()))
+            .collect()];
         for (i, &a) in t.cpus.iter().enumerate() {
             let mut row = vec![a.to_string()];
             for j in 0..t.cpus.len() {

@@ -19,8 +19,14 @@ fn probe_with_neighbour(cpu: u32, on_ms: u64, period_ms: u64) -> Value {
     // Let the neighbour settle into its rhythm.
     std::thread::sleep(Duration::from_millis(50));
     let out = vsched(&["probe", "--json", "--only", "capacity,activity"]);
-    neighbour.stop().expect("the neighbour could not run as asked");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    neighbour
+        .stop()
+        .expect("the neighbour could not run as asked");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -40,15 +46,24 @@ fn check(on_ms: u64, period_ms: u64) {
         let avail = v["available_pct"].as_f64().unwrap();
         let ep = &v["episodes"];
         if cpu == busy {
-            assert!(within(avail, truth_avail, 0.2), "vCPU {cpu}: available {avail}% vs truth {truth_avail}%: {r:#}");
+            assert!(
+                within(avail, truth_avail, 0.2),
+                "vCPU {cpu}: available {avail}% vs truth {truth_avail}%: {r:#}"
+            );
             let mean = ep["mean_us"].as_f64().unwrap();
             assert!(
                 within(mean, truth_episode_us, 0.2),
                 "vCPU {cpu}: episode mean {mean} us vs truth {truth_episode_us} us: {r:#}"
             );
         } else {
-            assert!(avail >= 80.0, "vCPU {cpu} should be unaffected, available {avail}%: {r:#}");
-            assert!(ep["count"].as_u64().unwrap() <= 2, "vCPU {cpu} should have no episodes: {r:#}");
+            assert!(
+                avail >= 80.0,
+                "vCPU {cpu} should be unaffected, available {avail}%: {r:#}"
+            );
+            assert!(
+                ep["count"].as_u64().unwrap() <= 2,
+                "vCPU {cpu} should have no episodes: {r:#}"
+            );
         }
     }
 }

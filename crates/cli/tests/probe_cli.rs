@@ -7,21 +7,34 @@ use common::{online_cpus, vsched};
 use serde_json::Value;
 
 fn schema() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/schema/probe-v1.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/schema/probe-v1.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn assert_valid(report: &Value) {
     let validator = jsonschema::validator_for(&schema()).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
-    assert!(errors.is_empty(), "report does not match docs/schema/probe-v1.json: {errors:#?}");
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report does not match docs/schema/probe-v1.json: {errors:#?}"
+    );
 }
 
 fn probe_json(args: &[&str]) -> Value {
     let mut all = vec!["probe", "--json"];
     all.extend_from_slice(args);
     let out = vsched(&all);
-    assert!(out.status.success(), "vsched {all:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "vsched {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("stdout is JSON")
 }
 
@@ -31,15 +44,29 @@ fn full_probe_upholds_its_invariants() {
     let r = probe_json(&[]);
     assert_valid(&r);
     assert_eq!(r["schema"], "vsched.probe");
-    let cpus: Vec<u64> = r["vcpus"].as_array().unwrap().iter().map(|v| v["cpu"].as_u64().unwrap()).collect();
+    let cpus: Vec<u64> = r["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["cpu"].as_u64().unwrap())
+        .collect();
     let online: Vec<u64> = online_cpus().into_iter().map(u64::from).collect();
     assert_eq!(cpus, online, "every online vCPU must be present");
-    let caps: Vec<u64> = r["vcpus"].as_array().unwrap().iter().map(|v| v["capacity"].as_u64().unwrap()).collect();
+    let caps: Vec<u64> = r["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["capacity"].as_u64().unwrap())
+        .collect();
     assert!(caps.iter().all(|&c| (1..=1024).contains(&c)), "{caps:?}");
     assert_eq!(*caps.iter().max().unwrap(), 1024, "strongest vCPU is 1024");
     for v in r["vcpus"].as_array().unwrap() {
         let cpu = v["cpu"].as_u64().unwrap();
-        assert!(!v["stacked_with"].as_array().unwrap().iter().any(|c| c.as_u64() == Some(cpu)));
+        assert!(!v["stacked_with"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_u64() == Some(cpu)));
         let avail = v["available_pct"].as_f64().unwrap();
         assert!((0.0..=100.0).contains(&avail));
     }
@@ -49,7 +76,10 @@ fn full_probe_upholds_its_invariants() {
     let rel = t["relation"].as_array().unwrap();
     assert_eq!(lat.len(), n);
     for i in 0..n {
-        assert!(lat[i][i].is_null() && rel[i][i].is_null(), "diagonal must be empty");
+        assert!(
+            lat[i][i].is_null() && rel[i][i].is_null(),
+            "diagonal must be empty"
+        );
         for j in 0..n {
             assert_eq!(lat[i][j], lat[j][i], "latency matrix symmetric");
             assert_eq!(rel[i][j], rel[j][i], "relation matrix symmetric");
@@ -71,7 +101,16 @@ fn only_and_cpus_restrict_the_probe() {
     assert!(r["vcpus"][0]["episodes"].is_null());
     assert!(!r["topology"].is_null());
 
-    let r = probe_json(&["--only", "capacity,activity", "--cpus", "0", "--duration", "50ms", "--heavy", "20ms"]);
+    let r = probe_json(&[
+        "--only",
+        "capacity,activity",
+        "--cpus",
+        "0",
+        "--duration",
+        "50ms",
+        "--heavy",
+        "20ms",
+    ]);
     assert_valid(&r);
     assert!(r["topology"].is_null());
     assert_eq!(r["vcpus"].as_array().unwrap().len(), 1);
@@ -82,7 +121,10 @@ fn assert_fails(args: &[&str], needle: &str) {
     let out = vsched(args);
     assert!(!out.status.success(), "{args:?} should fail");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(needle), "{args:?}: expected {needle:?} in: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in: {err}"
+    );
     assert!(out.stdout.is_empty(), "no output on error");
 }
 
@@ -95,21 +137,57 @@ fn bad_input_is_refused_clearly() {
     assert_fails(&["probe", "--duration", "0s"], "greater than zero");
     assert_fails(&["probe", "--duration", "-1s"], "cannot be negative");
     assert_fails(&["probe", "--duration", "soon"], "not a duration");
-    assert_fails(&["probe", "--interval", "0ms", "--watch"], "greater than zero");
+    assert_fails(
+        &["probe", "--interval", "0ms", "--watch"],
+        "greater than zero",
+    );
     assert_fails(&["probe", "--only", "speed"], "invalid value");
     assert_fails(&["probe", "--straggler-ratio", "2"], "between 0 and 1");
-    assert_fails(&["probe", "--watch", "--interval", "100ms", "--duration", "200ms"], "shorter than --interval");
-    assert_fails(&["probe", "--validate", "/nonexistent/x.json"], "reading /nonexistent/x.json");
+    assert_fails(
+        &[
+            "probe",
+            "--watch",
+            "--interval",
+            "100ms",
+            "--duration",
+            "200ms",
+        ],
+        "shorter than --interval",
+    );
+    assert_fails(
+        &["probe", "--validate", "/nonexistent/x.json"],
+        "reading /nonexistent/x.json",
+    );
+    assert_fails(
+        &["probe", "--only", "capacity", "--validate", "/dev/null"],
+        "leaves topology out",
+    );
+    assert_fails(&["probe", "--heavy", "2s"], "at most 900ms");
 }
 
 #[test]
 fn watch_emits_one_json_line_per_update() {
     let _guard = common::serial();
     let out = vsched(&[
-        "probe", "--watch", "--json", "--count", "3", "--interval", "300ms", "--duration", "50ms", "--heavy-every", "500ms",
-        "--topology-every", "500ms",
+        "probe",
+        "--watch",
+        "--json",
+        "--count",
+        "3",
+        "--interval",
+        "300ms",
+        "--duration",
+        "50ms",
+        "--heavy-every",
+        "500ms",
+        "--topology-every",
+        "500ms",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -135,6 +213,21 @@ fn validate_confirms_an_unchanged_topology() {
     assert!(out.status.success());
     std::fs::write(&path, &out.stdout).unwrap();
     let r = probe_json(&["--only", "topology", "--validate", path.to_str().unwrap()]);
+    // A damaged file is refused, not trusted.
+    let mut broken: Value = serde_json::from_slice(&out.stdout).unwrap();
+    broken["topology"]["relation"] = serde_json::json!([[null]]);
+    let broken_path = dir.join("broken.json");
+    std::fs::write(&broken_path, broken.to_string()).unwrap();
+    assert_fails(
+        &[
+            "probe",
+            "--only",
+            "topology",
+            "--validate",
+            broken_path.to_str().unwrap(),
+        ],
+        "not 2x2",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     assert_valid(&r);
     assert_eq!(r["topology"]["mode"], "validate");

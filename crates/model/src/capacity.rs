@@ -24,8 +24,9 @@ pub struct VcpuSample {
     pub hypervisor_frac: f64,
     pub hidden_frac: f64,
     pub reported_steal_frac: f64,
-    /// Share taken by guest work that outranks normal tasks (heavy phase only).
-    pub preempted_frac: f64,
+    /// Share taken by guest work that outranks normal tasks (heavy phase
+    /// only: `None` without one).
+    pub preempted_frac: Option<f64>,
     /// Work units per µs of running time (heavy phase only).
     pub speed: Option<f64>,
     /// Inactive-episode lengths seen in either window.
@@ -44,14 +45,14 @@ impl VcpuSample {
         // not distort the vCPU); the heavy one stands in when it is all we have.
         let steal_source = light.or(heavy);
         let hypervisor_frac = steal_source.map_or(0.0, Timeline::hypervisor_frac);
-        let preempted_frac = heavy.map_or(0.0, Timeline::guest_frac);
+        let preempted_frac = heavy.map(Timeline::guest_frac);
         let mut episodes_ns = Vec::new();
         for t in light.into_iter().chain(heavy) {
             episodes_ns.extend(t.episodes(filter));
         }
         VcpuSample {
             cpu,
-            available_frac: (1.0 - hypervisor_frac - preempted_frac).clamp(0.0, 1.0),
+            available_frac: (1.0 - hypervisor_frac - preempted_frac.unwrap_or(0.0)).clamp(0.0, 1.0),
             hypervisor_frac,
             hidden_frac: steal_source.map_or(0.0, Timeline::hidden_frac),
             reported_steal_frac: steal_source.map_or(0.0, Timeline::reported_steal_frac),
@@ -66,7 +67,8 @@ impl VcpuSample {
 #[derive(Debug, Clone, PartialEq)]
 pub struct VcpuEstimate {
     pub cpu: u32,
-    available: Ema,
+    /// Samples folded in so far; nothing is reported before the first.
+    pub updates: u64,
     hypervisor: Ema,
     hidden: Ema,
     reported_steal: Ema,
@@ -83,7 +85,7 @@ impl VcpuEstimate {
     pub fn new(cpu: u32, half_life_s: f64) -> Self {
         VcpuEstimate {
             cpu,
-            available: Ema::new(half_life_s),
+            updates: 0,
             hypervisor: Ema::new(half_life_s),
             hidden: Ema::new(half_life_s),
             reported_steal: Ema::new(half_life_s),
@@ -93,15 +95,18 @@ impl VcpuEstimate {
         }
     }
 
-    /// Folds in a sample taken `dt_s` after the previous one.
-    pub fn update(&mut self, s: &VcpuSample, dt_s: f64) {
-        self.available.update(s.available_frac, dt_s);
-        self.hypervisor.update(s.hypervisor_frac, dt_s);
-        self.hidden.update(s.hidden_frac, dt_s);
-        self.reported_steal.update(s.reported_steal_frac, dt_s);
-        self.preempted.update(s.preempted_frac, dt_s);
+    /// Folds in a sample taken at `now_s`. Quantities only a heavy window
+    /// measures (speed, pre-emption) are left alone by light-only samples.
+    pub fn update(&mut self, s: &VcpuSample, now_s: f64) {
+        self.updates += 1;
+        self.hypervisor.update_at(s.hypervisor_frac, now_s);
+        self.hidden.update_at(s.hidden_frac, now_s);
+        self.reported_steal.update_at(s.reported_steal_frac, now_s);
+        if let Some(p) = s.preempted_frac {
+            self.preempted.update_at(p, now_s);
+        }
         if let Some(speed) = s.speed {
-            self.speed.update(speed, dt_s);
+            self.speed.update_at(speed, now_s);
         }
         self.recent_episodes_ns.extend_from_slice(&s.episodes_ns);
         let excess = self
@@ -111,8 +116,9 @@ impl VcpuEstimate {
         self.recent_episodes_ns.drain(..excess);
     }
 
+    /// Derived, not smoothed on its own: each part keeps its own rate.
     pub fn available_frac(&self) -> f64 {
-        self.available.value().unwrap_or(1.0)
+        (1.0 - self.hypervisor_frac() - self.preempted_frac()).clamp(0.0, 1.0)
     }
     pub fn hypervisor_frac(&self) -> f64 {
         self.hypervisor.value().unwrap_or(0.0)
@@ -236,16 +242,44 @@ mod tests {
     fn estimate_smooths_and_bounds_history() {
         let mut e = VcpuEstimate::new(0, 1.0);
         let mut s = VcpuSample {
-            available_frac: 1.0,
+            hypervisor_frac: 0.0,
             speed: Some(10.0),
             episodes_ns: vec![1_000_000; 200],
             ..Default::default()
         };
         e.update(&s, 0.0);
-        s.available_frac = 0.0;
+        s.hypervisor_frac = 1.0;
         e.update(&s, 1.0);
         assert!((e.available_frac() - 0.5).abs() < 1e-9);
         assert_eq!(e.episodes().count as usize, EPISODE_HISTORY);
         assert!((e.raw_capacity().unwrap() - 5.0).abs() < 1e-9);
+        assert_eq!(e.updates, 2);
+    }
+
+    #[test]
+    fn light_only_samples_keep_heavy_only_quantities() {
+        // Real-time work takes half the vCPU; light-only samples in between
+        // must not pull the pre-empted share (or availability) back up.
+        let mut e = VcpuEstimate::new(0, 3.0);
+        let heavy = VcpuSample {
+            preempted_frac: Some(0.5),
+            speed: Some(10.0),
+            ..Default::default()
+        };
+        let light = VcpuSample {
+            preempted_frac: None,
+            speed: None,
+            ..Default::default()
+        };
+        e.update(&heavy, 0.0);
+        for t in 1..5 {
+            e.update(&light, t as f64);
+        }
+        assert!(
+            (e.available_frac() - 0.5).abs() < 1e-9,
+            "{}",
+            e.available_frac()
+        );
+        assert!((e.speed().unwrap() - 10.0).abs() < 1e-9);
     }
 }

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 pub struct Ema {
     half_life_s: f64,
     value: Option<f64>,
+    /// Time of the last sample (for `update_at`).
+    last_s: Option<f64>,
 }
 
 impl Ema {
@@ -18,6 +20,7 @@ impl Ema {
         Ema {
             half_life_s,
             value: None,
+            last_s: None,
         }
     }
 
@@ -37,6 +40,15 @@ impl Ema {
         };
         self.value = Some(next);
         next
+    }
+
+    /// Folds in a sample taken at `now_s` (any fixed origin): the weight
+    /// follows the time since this EMA's own previous sample, so quantities
+    /// sampled at different rates each decay correctly.
+    pub fn update_at(&mut self, sample: f64, now_s: f64) -> f64 {
+        let dt = self.last_s.map_or(0.0, |last| now_s - last);
+        self.last_s = Some(now_s);
+        self.update(sample, dt)
     }
 
     pub fn value(&self) -> Option<f64> {
@@ -68,6 +80,13 @@ mod tests {
         a.update(100.0, 1.0);
         let v2 = a.update(100.0, 1.0);
         assert!((v2 - 50.0).abs() < 1e-9, "{v2}");
+    }
+
+    #[test]
+    fn update_at_uses_time_since_own_last_sample() {
+        let mut e = Ema::new(2.0);
+        e.update_at(0.0, 10.0);
+        assert!((e.update_at(100.0, 12.0) - 50.0).abs() < 1e-9);
     }
 
     #[test]

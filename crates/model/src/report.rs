@@ -124,7 +124,7 @@ pub fn vcpu_reports(
         .map(|&c| {
             estimates
                 .filter(|_| capacity)
-                .and_then(|es| es.iter().find(|e| e.cpu == c))
+                .and_then(|es| es.iter().find(|e| e.cpu == c && e.updates > 0))
                 .and_then(VcpuEstimate::raw_capacity)
         })
         .collect();
@@ -133,7 +133,8 @@ pub fn vcpu_reports(
     cpus.iter()
         .enumerate()
         .map(|(i, &cpu)| {
-            let est = estimates.and_then(|es| es.iter().find(|e| e.cpu == cpu));
+            // A vCPU whose prober never ran reports nothing rather than defaults.
+            let est = estimates.and_then(|es| es.iter().find(|e| e.cpu == cpu && e.updates > 0));
             let measured = |f: fn(&VcpuEstimate) -> f64| est.map(|e| pct(f(e)));
             let stacked_with = topology.map_or_else(Vec::new, |t| t.peers(cpu, Relation::Stacked));
             VcpuReport {
@@ -326,7 +327,7 @@ mod tests {
         e.update(
             &VcpuSample {
                 cpu,
-                available_frac: avail,
+                hypervisor_frac: 1.0 - avail,
                 speed: Some(speed),
                 episodes_ns: vec![5_000_000; 4],
                 ..Default::default()
@@ -421,6 +422,9 @@ mod tests {
     fn unmeasured_fields_are_null() {
         let rows = vcpu_reports(&[0], None, false, false, None, 0.2);
         assert_eq!(rows[0].capacity, None);
+        let never = [VcpuEstimate::new(0, 1.0)];
+        let rows = vcpu_reports(&[0], Some(&never), true, true, None, 0.2);
+        assert_eq!((rows[0].capacity, rows[0].available_pct), (None, None));
         assert_eq!(rows[0].episodes, None);
         assert_eq!(rows[0].llc_group, None);
     }

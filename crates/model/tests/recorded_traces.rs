@@ -33,22 +33,48 @@ fn idle_machine_has_no_episodes_and_full_availability() {
     }
     // Interrupt-sized gaps exist; the longer gaps of the light window were
     // guest tasks (a 0.75 ms one in this recording), which are not episodes.
-    let gaps: Vec<u64> = t.light.iter().chain(&t.heavy).flat_map(|x| &x.gaps).map(|g| g.len_ns).collect();
+    let gaps: Vec<u64> = t
+        .light
+        .iter()
+        .chain(&t.heavy)
+        .flat_map(|x| &x.gaps)
+        .map(|g| g.len_ns)
+        .collect();
     assert!(gaps.len() > 100, "{}", gaps.len());
-    let heavy_max = t.heavy.iter().flat_map(|x| &x.gaps).map(|g| g.len_ns).max().unwrap();
-    assert!(heavy_max < EpisodeFilter::default().min_episode_ns, "{heavy_max}");
+    let heavy_max = t
+        .heavy
+        .iter()
+        .flat_map(|x| &x.gaps)
+        .map(|g| g.len_ns)
+        .max()
+        .unwrap();
+    assert!(
+        heavy_max < EpisodeFilter::default().min_episode_ns,
+        "{heavy_max}"
+    );
 }
 
 fn check_neighbour(file: &str, on_ms: f64, period_ms: f64) {
     let t = load(file);
     let busy = sample(&t, 1);
     let truth = 1.0 - on_ms / period_ms;
-    assert!((busy.available_frac - truth).abs() < 0.05, "{}", busy.available_frac);
+    assert!(
+        (busy.available_frac - truth).abs() < 0.05,
+        "{}",
+        busy.available_frac
+    );
     let stats = EpisodeStats::from_lengths_ns(&busy.episodes_ns);
-    assert!((stats.mean_us - on_ms * 1000.0).abs() < 0.05 * on_ms * 1000.0, "{stats:?}");
+    assert!(
+        (stats.mean_us - on_ms * 1000.0).abs() < 0.05 * on_ms * 1000.0,
+        "{stats:?}"
+    );
     // The light window saw the neighbour as guest pre-emption, not as the hypervisor.
     let light = t.light.iter().find(|x| x.cpu == 1).unwrap();
-    assert!(light.guest_frac() > 0.8 * on_ms / period_ms, "{}", light.guest_frac());
+    assert!(
+        light.guest_frac() > 0.8 * on_ms / period_ms,
+        "{}",
+        light.guest_frac()
+    );
     assert!(light.hypervisor_frac() < 0.05);
     // The other vCPU is unaffected. (The 2-of-10 recording caught one real
     // 1.6 ms hypervisor pre-emption on it, reported as steal: such episodes

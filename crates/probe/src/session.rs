@@ -2,9 +2,9 @@
 //! into reports. A one-shot probe is one step; `--watch` is a series of
 //! steps sharing smoothed state (EMA) and the last known topology.
 
+use crate::sys;
 use crate::vcap::{self, SampleConfig};
 use crate::vtop::{self, VtopConfig};
-use crate::sys;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use vsched_model::capacity::{VcpuEstimate, VcpuSample};
 use vsched_model::report::{self, Overhead, ProbeReport, Settings, Timing, TopologyReport};
@@ -98,8 +98,16 @@ impl Session {
 
         if self.measures_vcpus() && (plan.light || plan.heavy) {
             let cfg = SampleConfig {
-                light_ns: if plan.light { self.opts.sample.light_ns } else { 0 },
-                heavy_ns: if plan.heavy { self.opts.sample.heavy_ns } else { 0 },
+                light_ns: if plan.light {
+                    self.opts.sample.light_ns
+                } else {
+                    0
+                },
+                heavy_ns: if plan.heavy {
+                    self.opts.sample.heavy_ns
+                } else {
+                    0
+                },
                 ..self.opts.sample
             };
             let t = Instant::now();
@@ -132,9 +140,8 @@ impl Session {
     }
 
     fn fold_in(&mut self, round: &vcap::SampleRound) {
-        let now = Instant::now();
-        let dt = self.last_sample.map_or(0.0, |t| (now - t).as_secs_f64());
-        self.last_sample = Some(now);
+        self.last_sample = Some(Instant::now());
+        let now_s = self.started.elapsed().as_secs_f64();
         for est in &mut self.estimates {
             let light = round.light.iter().find(|t| t.cpu == est.cpu);
             let heavy = round.heavy.iter().find(|t| t.cpu == est.cpu);
@@ -142,7 +149,7 @@ impl Session {
                 continue;
             }
             let sample = VcpuSample::from_timelines(est.cpu, light, heavy, &self.opts.filter);
-            est.update(&sample, dt);
+            est.update(&sample, now_s);
         }
     }
 
@@ -159,18 +166,28 @@ impl Session {
                     self.topology = Some((known.clone(), rep));
                     return;
                 }
-                let full = vtop::probe_full(&self.opts.cpus, &self.opts.vtop, &|f| progress("topology", f));
-                let rep = report::topology_report(&full.topology, "validate", Some(false), full.probes, full.inferred);
+                let full = vtop::probe_full(&self.opts.cpus, &self.opts.vtop, &|f| {
+                    progress("topology", f)
+                });
+                let rep = report::topology_report(
+                    &full.topology,
+                    "validate",
+                    Some(false),
+                    full.probes,
+                    full.inferred,
+                );
                 self.topology = Some((full.topology, rep));
                 return;
             }
         }
-        let full = vtop::probe_full(&self.opts.cpus, &self.opts.vtop, &|f| progress("topology", f));
+        let full = vtop::probe_full(&self.opts.cpus, &self.opts.vtop, &|f| {
+            progress("topology", f)
+        });
         let rep = report::topology_report(&full.topology, "full", None, full.probes, full.inferred);
         self.topology = Some((full.topology, rep));
     }
 
-    fn report(&self, timing: Timing, mut warnings: Vec<String>) -> ProbeReport {
+    fn report(&self, timing: Timing, warnings: Vec<String>) -> ProbeReport {
         let measured = self.last_sample.is_some();
         let estimates = measured.then_some(self.estimates.as_slice());
         let topology = self.topology.as_ref().filter(|_| self.opts.topology);
@@ -183,9 +200,6 @@ impl Session {
             self.opts.straggler_ratio,
         );
         let topo_report = topology.map(|(_, r)| r.clone());
-        if self.opts.activity && measured && self.opts.sample.heavy_ns == 0 {
-            warnings.push("no heavy phase: time taken by real-time guest work is not counted".into());
-        }
         let verdicts = report::verdicts(&vcpus, topo_report.as_ref());
         ProbeReport {
             schema: report::SCHEMA_NAME.to_string(),

@@ -157,6 +157,11 @@ pub fn steal_ns(cpu: u32) -> Option<u64> {
     parse_steal_ns(&text, cpu, user_hz())
 }
 
+/// One USER_HZ tick in ns: the resolution of /proc/stat.
+pub fn steal_tick_ns() -> u64 {
+    1_000_000_000 / user_hz()
+}
+
 fn user_hz() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -174,7 +179,7 @@ pub fn parse_steal_ns(proc_stat: &str, cpu: u32, hz: u64) -> Option<u64> {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(tag.as_str()))?;
     let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
-    Some(ticks * 1_000_000_000 / hz)
+    Some((ticks as u128 * 1_000_000_000 / hz as u128) as u64)
 }
 
 #[cfg(test)]

@@ -65,9 +65,9 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: &dyn Fn(f64)) -> Sampl
         .filter(|&c| match can_pin(c) {
             Ok(()) => true,
             Err(e) => {
-                round
-                    .warnings
-                    .push(format!("vCPU {c} not measured: cannot run a prober on it ({e})"));
+                round.warnings.push(format!(
+                    "vCPU {c} not measured: cannot run a prober on it ({e})"
+                ));
                 false
             }
         })
@@ -90,14 +90,26 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: &dyn Fn(f64)) -> Sampl
         progress(((sys::now_ns() - start) as f64 / total as f64).min(1.0));
         thread::sleep(Duration::from_millis(50));
     }
-    for h in handles {
+    for (h, &cpu) in handles.into_iter().zip(&usable) {
         let r = h.join().expect("prober thread panicked");
+        if r.light.is_none() && r.heavy.is_none() {
+            round.warnings.push(format!(
+                "vCPU {cpu} not measured: its prober could not be pinned to it"
+            ));
+        }
         round.light.extend(r.light);
         round.heavy.extend(r.heavy);
         round.light_policy = r.light_policy;
         round.heavy_policy = r.heavy_policy;
         round.light_cpu_ns += r.light_cpu_ns;
         round.heavy_cpu_ns += r.heavy_cpu_ns;
+    }
+    if !usable.is_empty() && sys::SchedStat::open_current_thread().is_err() {
+        round.warnings.push(
+            "/proc/thread-self/schedstat is unreadable: guest pre-emption of the light phase \
+             cannot be told from hypervisor time, so busy vCPUs may read as less available"
+                .to_string(),
+        );
     }
     if round.heavy_policy.starts_with("normal") {
         round.warnings.push(
@@ -114,7 +126,9 @@ fn can_pin(cpu: u32) -> std::io::Result<()> {
 }
 
 fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
-    sys::pin_current_thread(cpu).expect("pinning was checked beforehand");
+    // Every prober must reach every barrier, even one that cannot measure
+    // (its CPU left our cpuset since the check), or the others wait forever.
+    let pinned = sys::pin_current_thread(cpu).is_ok();
     let mut r = ProberResult {
         light: None,
         heavy: None,
@@ -126,16 +140,22 @@ fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
     if cfg.heavy_ns > 0 {
         r.heavy_policy = sys::apply_policy(Policy::High);
         barrier.wait();
-        let c0 = sys::thread_cpu_ns();
-        r.heavy = Some(window(cpu, Phase::Heavy, cfg.heavy_ns, cfg.detect_ns));
-        r.heavy_cpu_ns = sys::thread_cpu_ns() - c0;
+        if pinned {
+            let c0 = sys::thread_cpu_ns();
+            r.heavy = Some(window(cpu, Phase::Heavy, cfg.heavy_ns, cfg.detect_ns));
+            r.heavy_cpu_ns = sys::thread_cpu_ns() - c0;
+        }
     }
     if cfg.light_ns > 0 {
-        r.light_policy = sys::apply_policy(Policy::Idle);
+        // Meet the others first: at SCHED_IDLE on a busy vCPU this thread
+        // might reach the barrier late and hold everyone back.
         barrier.wait();
-        let c0 = sys::thread_cpu_ns();
-        r.light = Some(window(cpu, Phase::Light, cfg.light_ns, cfg.detect_ns));
-        r.light_cpu_ns = sys::thread_cpu_ns() - c0;
+        r.light_policy = sys::apply_policy(Policy::Idle);
+        if pinned {
+            let c0 = sys::thread_cpu_ns();
+            r.light = Some(window(cpu, Phase::Light, cfg.light_ns, cfg.detect_ns));
+            r.light_cpu_ns = sys::thread_cpu_ns() - c0;
+        }
     }
     r
 }
@@ -154,6 +174,8 @@ fn work_unit(state: u64) -> u64 {
 
 /// Spins for `window_ns`, recording every gap in the calling thread's timeline.
 fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
+    // Without schedstat, guest pre-emption cannot be told from the
+    // hypervisor's; `sample` warns when that happens.
     let mut sched = SchedStat::open_current_thread().ok();
     let run_delay = |s: &mut Option<SchedStat>| s.as_mut().map_or(0, |s| s.run_delay_ns());
     let steal0 = sys::steal_ns(cpu);
@@ -194,8 +216,13 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
         }
     }
     let window_ns = last - t0;
+    // /proc/stat counts in USER_HZ ticks: a difference of one tick may be
+    // pure quantisation, so only the ticks beyond it count.
     let reported_steal_ns = match (steal0, sys::steal_ns(cpu)) {
-        (Some(a), Some(b)) => b.saturating_sub(a).min(window_ns),
+        (Some(a), Some(b)) => b
+            .saturating_sub(a)
+            .saturating_sub(sys::steal_tick_ns())
+            .min(window_ns),
         _ => 0,
     };
     Timeline {

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use vsched_model::topology::{self, implied_by, PairProbe, Topology, TopologyParams, FAST_TRANSFER_NS};
+use vsched_model::topology::{
+    self, implied_by, PairProbe, Topology, TopologyParams, FAST_TRANSFER_NS,
+};
 
 /// Settings of pair probing.
 #[derive(Debug, Clone, Copy)]
@@ -164,7 +166,10 @@ pub fn probe_pairs(pairs: &[(u32, u32)], cfg: &VtopConfig) -> Vec<PairProbe> {
                     attempts: attempt,
                     ..r
                 },
-                None => PairProbe { attempts: attempt, ..r },
+                None => PairProbe {
+                    attempts: attempt,
+                    ..r
+                },
             };
             if merged.is_stacked(&cfg.params) && attempt < cfg.max_attempts {
                 // Perhaps the two were just not active together yet: try longer.
@@ -187,38 +192,49 @@ fn run_parallel(pairs: &[(u32, u32)], window_ns: u64, target: u64) -> Vec<PairPr
         .map(|&(a, b)| {
             let line = Arc::new(Line(AtomicU64::new(0)));
             let stop = Arc::new(Flag(AtomicBool::new(false)));
+            let failed = Arc::new(AtomicBool::new(false));
             let responder = {
-                let (line, stop, barrier) = (Arc::clone(&line), Arc::clone(&stop), Arc::clone(&barrier));
-                thread::spawn(move || respond(b, &line, &stop, &barrier))
+                let (line, stop, failed, barrier) = (
+                    Arc::clone(&line),
+                    Arc::clone(&stop),
+                    Arc::clone(&failed),
+                    Arc::clone(&barrier),
+                );
+                thread::spawn(move || respond(b, &line, &stop, &failed, &barrier))
             };
             let barrier = Arc::clone(&barrier);
+            let failed_i = Arc::clone(&failed);
             let initiator = thread::spawn(move || {
-                let r = initiate(a, b, &line, &barrier, window_ns, target);
+                let r = initiate(a, b, &line, &failed_i, &barrier, window_ns, target);
                 stop.0.store(true, Ordering::Release);
                 r
             });
-            (initiator, responder)
+            (initiator, responder, failed)
         })
         .collect();
     handles
         .into_iter()
-        .map(|(i, r)| {
+        .filter_map(|(i, r, failed)| {
             r.join().expect("vtop responder panicked");
-            i.join().expect("vtop initiator panicked")
+            let probe = i.join().expect("vtop initiator panicked");
+            // A pair whose threads could not be pinned measured nothing.
+            (!failed.load(Ordering::Relaxed)).then_some(probe)
         })
         .collect()
 }
 
-fn prepare(cpu: u32) {
-    // A failed pin would make the measurement meaningless; the caller checked
-    // the CPUs are usable, so this is an invariant.
-    sys::pin_current_thread(cpu).expect("pinning a vtop prober");
+/// Pins and raises the calling thread; on failure marks the pair's result
+/// void (never panics: the partner and the other pairs wait at a barrier).
+fn prepare(cpu: u32, failed: &AtomicBool) {
+    if sys::pin_current_thread(cpu).is_err() {
+        failed.store(true, Ordering::Relaxed);
+    }
     sys::apply_policy(Policy::High);
 }
 
 /// Odd values are the responder's to write.
-fn respond(cpu: u32, line: &Line, stop: &Flag, barrier: &Barrier) {
-    prepare(cpu);
+fn respond(cpu: u32, line: &Line, stop: &Flag, failed: &AtomicBool, barrier: &Barrier) {
+    prepare(cpu, failed);
     barrier.wait();
     let mut expect = 1u64;
     while !stop.0.load(Ordering::Relaxed) {
@@ -231,8 +247,16 @@ fn respond(cpu: u32, line: &Line, stop: &Flag, barrier: &Barrier) {
 }
 
 /// Even values are the initiator's; it also keeps time.
-fn initiate(a: u32, b: u32, line: &Line, barrier: &Barrier, window_ns: u64, target: u64) -> PairProbe {
-    prepare(a);
+fn initiate(
+    a: u32,
+    b: u32,
+    line: &Line,
+    failed: &AtomicBool,
+    barrier: &Barrier,
+    window_ns: u64,
+    target: u64,
+) -> PairProbe {
+    prepare(a, failed);
     barrier.wait();
     let start = sys::now_ns();
     let end = start + window_ns;

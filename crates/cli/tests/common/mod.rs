@@ -29,14 +29,27 @@ pub fn online_cpus() -> Vec<u32> {
 }
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn sleep_until_ns(t: u64) {
-    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as i64, tv_nsec: (t % 1_000_000_000) as i64 };
-    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+    let ts = libc::timespec {
+        tv_sec: (t / 1_000_000_000) as i64,
+        tv_nsec: (t % 1_000_000_000) as i64,
+    };
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// A SCHED_FIFO thread that occupies one vCPU for `on` of every `period`,
@@ -60,7 +73,10 @@ impl NoisyNeighbour {
                 }
                 let param = libc::sched_param { sched_priority: 50 };
                 if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
-                    return Err("SCHED_FIFO refused: the noisy-neighbour tests need root or CAP_SYS_NICE".to_string());
+                    return Err(
+                        "SCHED_FIFO refused: the noisy-neighbour tests need root or CAP_SYS_NICE"
+                            .to_string(),
+                    );
                 }
             }
             let deadline = Instant::now() + max_life;
@@ -76,7 +92,10 @@ impl NoisyNeighbour {
             }
             Ok(())
         });
-        NoisyNeighbour { stop, handle: Some(handle) }
+        NoisyNeighbour {
+            stop,
+            handle: Some(handle),
+        }
     }
 
     /// Stops the neighbour and reports whether it could run as asked.
@@ -87,7 +106,9 @@ impl NoisyNeighbour {
     fn stop_inner(&mut self) -> Result<(), String> {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle.take() {
-            Some(h) => h.join().unwrap_or_else(|_| Err("neighbour panicked".into())),
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err("neighbour panicked".into())),
             None => Ok(()),
         }
     }
