@@ -59,12 +59,15 @@ def main():
     os.unlink(prev)
 
     # --watch on an idle machine.
-    proc = subprocess.Popen([VSCHED, "probe", "--watch", "--json"], stdout=subprocess.PIPE, text=True)
-    time.sleep(a.watch_seconds)
-    outside_cpu_s = proc_cpu_s(proc.pid)
-    proc.terminate()
-    lines = proc.stdout.read().splitlines()
-    proc.wait()
+    # Output goes to a file: a pipe nobody reads would fill and stall vsched.
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([VSCHED, "probe", "--watch", "--json"], stdout=out, text=True)
+        time.sleep(a.watch_seconds)
+        outside_cpu_s = proc_cpu_s(proc.pid)
+        proc.terminate()
+        proc.wait()
+        out.seek(0)
+        lines = out.read().splitlines()
     last = json.loads(lines[-1])
     ov = last["overhead"]
     light_cpu_s = ov["light_pct_of_one_vcpu"] / 100 * ov["elapsed_s"]
