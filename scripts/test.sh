@@ -21,4 +21,4 @@ echo "== build"
 cargo build --release --workspace --all-targets
 echo "== tests"
 # Integration tests serialise themselves (they probe the whole machine).
-cargo test --release --workspace
+cargo test --release --workspace --all-targets
