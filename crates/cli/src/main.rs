@@ -1,5 +1,6 @@
 //! `vsched`: makes multithreaded programs run well on cloud vCPUs.
 
+mod lab_cmd;
 mod probe_cmd;
 mod progress;
 mod render;
@@ -25,15 +26,21 @@ struct Cli {
 enum Command {
     /// Probe every vCPU's capacity, activity (inactive episodes) and topology
     Probe(probe_cmd::ProbeArgs),
+    /// QEMU guests whose vCPUs the host controls: ground truth for the probers
+    #[command(subcommand)]
+    Lab(lab_cmd::LabCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Probe(args) => probe_cmd::run(args),
+        Command::Probe(args) => probe_cmd::run(args).map(|()| true),
+        Command::Lab(cmd) => lab_cmd::run(cmd),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        // The command ran but its verdict is negative (a failed check, a failing guest command).
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("vsched: error: {e:#}");
             ExitCode::from(2)

@@ -1,0 +1,170 @@
+//! `vsched lab`: boot guests whose vCPUs the host controls; score the probe.
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use vsched_lab::check::{self, CheckResult};
+use vsched_lab::{Accel, LabOptions, Layout};
+
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Boot a guest for LAYOUT and run the layout's commands (or --cmd ones) in it
+    Run(RunArgs),
+    /// Run `vsched probe` in a guest for LAYOUT and score it against the layout's ground truth
+    Check(CommonArgs),
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum AccelArg {
+    /// KVM if it boots the guest kernel here (remembered), else TCG
+    Auto,
+    /// QEMU's multi-threaded TCG: one host thread per vCPU, works anywhere
+    Tcg,
+    /// KVM only
+    Kvm,
+}
+
+#[derive(Args, Debug)]
+#[command(after_long_help = "\
+Layouts are TOML files (see docs/lab.md and lab/layouts/): vCPU count, memory,
+per-vCPU host CPU (two vCPUs on one host CPU are stacked), per-vCPU bandwidth
+(quota_us/period_us), phases that change these at given times, and commands.
+Needs root (pinning QEMU's threads, cgroups), qemu-system-x86 and busybox-static;
+the guest kernel is Debian's linux-image-cloud-amd64, fetched once and cached.")]
+pub struct CommonArgs {
+    /// Layout file (TOML)
+    layout: PathBuf,
+    /// Guest kernel (bzImage) instead of the cached Debian cloud kernel
+    #[arg(long, value_name = "PATH")]
+    kernel: Option<PathBuf>,
+    /// Accelerator
+    #[arg(long, value_enum, default_value = "auto")]
+    accel: AccelArg,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+    /// Also print the guest's whole console
+    #[arg(long)]
+    console: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Command to run in the guest instead of the layout's (repeatable)
+    #[arg(long = "cmd", value_name = "SHELL COMMAND")]
+    commands: Vec<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C and SIGTERM stop the run; the lab then removes what it created.
+fn catch_signals() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+}
+
+fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
+    let host_cpus = vsched_probe::sys::online_cpus().context("reading the host's online CPUs")?;
+    let layout = Layout::load(&common.layout, &host_cpus)?;
+    let opts = LabOptions {
+        kernel: common.kernel.clone(),
+        accel: match common.accel {
+            AccelArg::Auto => Accel::Auto,
+            AccelArg::Tcg => Accel::Tcg,
+            AccelArg::Kvm => Accel::Kvm,
+        },
+        vsched: std::env::current_exe()
+            .context("locating the vsched binary to put in the guest")?,
+    };
+    catch_signals();
+    Ok((layout, opts))
+}
+
+pub fn run(cmd: LabCommand) -> Result<bool> {
+    match cmd {
+        LabCommand::Run(args) => {
+            let (layout, opts) = prepare(&args.common)?;
+            let commands = if args.commands.is_empty() {
+                layout.commands.clone()
+            } else {
+                args.commands.clone()
+            };
+            let r = vsched_lab::run(&layout, &commands, &opts, &STOP)?;
+            if args.common.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                if args.common.console {
+                    println!("{}\n", r.console);
+                }
+                for c in &r.commands {
+                    println!(
+                        "$ {}\n{}\n[exit {}]",
+                        c.command,
+                        c.output,
+                        c.exit_code.map_or("?".into(), |c| c.to_string())
+                    );
+                }
+                println!(
+                    "guest {} booted in {:.0} ms ({})",
+                    r.layout, r.boot_ms, r.accel
+                );
+            }
+            Ok(r.commands.iter().all(|c| c.exit_code == Some(0)))
+        }
+        LabCommand::Check(common) => {
+            let (layout, opts) = prepare(&common)?;
+            let (result, ran) = check::check(&layout, &opts, &STOP)?;
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else {
+                if common.console {
+                    println!("{}\n", ran.console);
+                }
+                print!("{}", render(&result));
+            }
+            Ok(result.pass)
+        }
+    }
+}
+
+fn render(r: &CheckResult) -> String {
+    let mut out = format!(
+        "layout {}: guest booted in {:.0} ms ({}), {} probe report(s)\n",
+        r.layout, r.boot_ms, r.accel, r.reports
+    );
+    for s in &r.scored {
+        out.push_str(&format!(
+            "\n{} placement (report {}):\n",
+            s.when, s.report_sequence
+        ));
+        let w = s.items.iter().map(|i| i.what.len()).max().unwrap_or(0);
+        let we = s.items.iter().map(|i| i.expected.len()).max().unwrap_or(0);
+        for i in &s.items {
+            out.push_str(&format!(
+                "  {:<w$}  expected {:<we$}  measured {:<12} {}\n",
+                i.what,
+                i.expected,
+                i.measured,
+                if i.pass { "pass" } else { "FAIL" }
+            ));
+        }
+    }
+    out.push_str(&format!("\n{}\n", if r.pass { "PASS" } else { "FAIL" }));
+    out
+}

@@ -1,0 +1,122 @@
+//! `vsched lab check`: run the probe inside a guest and score it against
+//! the ground truth the layout implies. With phases, the first report is
+//! scored against the initial placement and the last against the final one
+//! (the check command should then be a `vsched probe --watch`).
+
+use crate::layout::Layout;
+use crate::run::{self, LabOptions, RunResult};
+use crate::truth::{self, Item, Truth};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::sync::atomic::AtomicBool;
+use vsched_model::report::ProbeReport;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Scored {
+    /// "initial" or "final".
+    pub when: String,
+    pub report_sequence: u64,
+    pub truth: Truth,
+    pub items: Vec<Item>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    pub schema: String,
+    pub layout: String,
+    pub accel: String,
+    pub boot_ms: f64,
+    pub reports: usize,
+    pub scored: Vec<Scored>,
+    pub pass: bool,
+}
+
+/// Probe reports in a command's output: one pretty object, or one per line.
+pub fn parse_reports(output: &str) -> Result<Vec<ProbeReport>> {
+    let start = output.find('{').context("the probe printed no JSON")?;
+    let reports: Result<Vec<ProbeReport>, _> = serde_json::Deserializer::from_str(&output[start..])
+        .into_iter::<ProbeReport>()
+        .collect();
+    let reports = reports.context("the probe's output is not a sequence of probe reports")?;
+    if reports.is_empty() {
+        bail!("the probe printed no report");
+    }
+    Ok(reports)
+}
+
+/// The report that best shows the initial placement: the first, or with
+/// phases the last one made at least 1.5 s before the first phase (by then
+/// `--watch` has smoothed several samples, and the change is still ahead).
+fn initial_report<'a>(layout: &Layout, reports: &'a [ProbeReport]) -> &'a ProbeReport {
+    let Some(phase) = layout.phases.first() else {
+        return &reports[0];
+    };
+    let t0 = reports[0].unix_time_ms;
+    reports
+        .iter()
+        .take_while(|r| (r.unix_time_ms.saturating_sub(t0)) as f64 / 1e3 <= phase.at_s - 1.5)
+        .last()
+        .unwrap_or(&reports[0])
+}
+
+pub fn check(
+    layout: &Layout,
+    opts: &LabOptions,
+    stop: &AtomicBool,
+) -> Result<(CheckResult, RunResult)> {
+    let ran = run::run(
+        layout,
+        std::slice::from_ref(&layout.check.command),
+        opts,
+        stop,
+    )?;
+    let cmd = ran
+        .commands
+        .first()
+        .context("the check command did not run")?;
+    if cmd.exit_code != Some(0) {
+        bail!(
+            "`{}` failed in the guest (exit {:?}):\n{}",
+            cmd.command,
+            cmd.exit_code,
+            cmd.output
+        );
+    }
+    let reports = parse_reports(&cmd.output)?;
+    let mut scored = Vec::new();
+    let first = initial_report(layout, &reports);
+    let ratio = first.settings.straggler_ratio;
+    let initial = truth::truth(&layout.state_at(0), ratio);
+    scored.push(Scored {
+        when: "initial".into(),
+        report_sequence: first.sequence,
+        items: truth::score(&initial, first),
+        truth: initial,
+    });
+    if !layout.phases.is_empty() {
+        let last = reports.last().unwrap();
+        if reports.len() < 2 {
+            bail!("the layout has phases but the check command printed one report: use `vsched probe --watch`");
+        }
+        let fin = truth::truth(&layout.state_at(layout.phases.len()), ratio);
+        scored.push(Scored {
+            when: "final".into(),
+            report_sequence: last.sequence,
+            items: truth::score(&fin, last),
+            truth: fin,
+        });
+    }
+    let pass = scored.iter().all(|s| s.items.iter().all(|i| i.pass));
+    Ok((
+        CheckResult {
+            schema: "vsched.lab-check/v1".into(),
+            layout: layout.name().to_string(),
+            accel: ran.accel.clone(),
+            boot_ms: ran.boot_ms,
+            reports: reports.len(),
+            scored,
+            pass,
+        },
+        ran,
+    ))
+}

@@ -1,0 +1,195 @@
+//! Host-side control of vCPU threads: pinning (stacking) and CPU bandwidth
+//! through the cgroup cpu controller, v1 (`/sys/fs/cgroup/cpu`, as on the
+//! development machines) or v2 (threaded cgroups, as on ordinary cloud VMs).
+//! Every cgroup created is named `vsched-lab-<pid>` so that one left by a
+//! killed run can be recognised and removed by the next.
+
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Pins a host thread to `cpus`.
+pub fn set_thread_affinity(tid: i32, cpus: &[u32]) -> Result<()> {
+    // SAFETY: cpu_set_t is plain data; the call only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c as usize, &mut set);
+        }
+        if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("pinning thread {tid} to CPUs {cpus:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flavor {
+    /// cgroup v1 cpu controller mounted at this path.
+    V1(PathBuf),
+    /// cgroup v2 unified hierarchy with the cpu controller available.
+    V2(PathBuf),
+}
+
+/// Finds a usable cpu controller, v1 first (where it is mounted, v2 cannot have it).
+pub fn detect() -> Option<Flavor> {
+    for p in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
+        if Path::new(p).join("cpu.cfs_quota_us").exists() {
+            return Some(Flavor::V1(PathBuf::from(p)));
+        }
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
+    controllers
+        .split_whitespace()
+        .any(|c| c == "cpu")
+        .then(|| Flavor::V2(root.to_path_buf()))
+}
+
+fn write(path: &Path, value: &str) -> Result<()> {
+    std::fs::write(path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
+}
+
+/// Removes `vsched-lab-<pid>` cgroups whose process is gone (a run killed
+/// with SIGKILL cannot clean up after itself). Returns what was removed.
+pub fn sweep_stale() -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let roots = match detect() {
+        Some(Flavor::V1(r)) | Some(Flavor::V2(r)) => vec![r],
+        None => return removed,
+    };
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("vsched-lab-")
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if !pid_alive(pid) && remove_tree(&e.path()).is_ok() {
+                removed.push(e.path());
+            }
+        }
+    }
+    removed
+}
+
+/// Removes a cgroup directory tree, children first (a cgroup can only be
+/// removed once it has no threads and no children).
+fn remove_tree(dir: &Path) -> Result<()> {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                remove_tree(&e.path())?;
+            }
+        }
+    }
+    std::fs::remove_dir(dir).with_context(|| format!("removing cgroup {}", dir.display()))
+}
+
+/// Per-vCPU bandwidth cgroups of one lab run; removed on drop.
+pub struct Bandwidth {
+    flavor: Flavor,
+    top: PathBuf,
+    vcpus: BTreeMap<u32, PathBuf>,
+}
+
+impl Bandwidth {
+    /// Creates the run's top cgroup; under v2 the QEMU process `pid` moves in.
+    pub fn create(flavor: Flavor, pid: i32) -> Result<Bandwidth> {
+        let root = match &flavor {
+            Flavor::V1(r) | Flavor::V2(r) => r.clone(),
+        };
+        let top = root.join(format!("vsched-lab-{}", std::process::id()));
+        std::fs::create_dir(&top)
+            .with_context(|| format!("creating cgroup {} (needs root)", top.display()))?;
+        let bw = Bandwidth {
+            flavor,
+            top,
+            vcpus: BTreeMap::new(),
+        };
+        if let Flavor::V2(root) = &bw.flavor {
+            // Threads can only be split across cgroups inside a threaded subtree.
+            let _ = write(&root.join("cgroup.subtree_control"), "+cpu");
+            write(&bw.top.join("cgroup.procs"), &pid.to_string())?;
+            write(&bw.top.join("cgroup.subtree_control"), "+cpu")?;
+        }
+        Ok(bw)
+    }
+
+    /// Moves vCPU thread `tid` into its own cgroup limited to `quota/period`
+    /// (µs), or unlimited with `None`.
+    pub fn set(&mut self, vcpu: u32, tid: i32, limit: Option<(u64, u64)>) -> Result<()> {
+        let dir = self.top.join(format!("vcpu{vcpu}"));
+        if !self.vcpus.contains_key(&vcpu) {
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("creating cgroup {}", dir.display()))?;
+            if let Flavor::V2(_) = self.flavor {
+                write(&dir.join("cgroup.type"), "threaded")?;
+            }
+            self.vcpus.insert(vcpu, dir.clone());
+        }
+        match &self.flavor {
+            Flavor::V1(_) => {
+                let (quota, period) = match limit {
+                    Some((q, p)) => (q as i64, p),
+                    None => (-1, 100_000),
+                };
+                // Lower the quota first when the period shrinks, or the kernel refuses.
+                write(&dir.join("cpu.cfs_quota_us"), "-1")?;
+                write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
+                write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                write(&dir.join("tasks"), &tid.to_string())?;
+            }
+            Flavor::V2(_) => {
+                let value = match limit {
+                    Some((q, p)) => format!("{q} {p}"),
+                    None => "max 100000".to_string(),
+                };
+                write(&dir.join("cpu.max"), &value)?;
+                write(&dir.join("cgroup.threads"), &tid.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the cgroups; call after the QEMU process has exited.
+    pub fn remove(&mut self) -> Result<()> {
+        if self.top.exists() {
+            remove_tree(&self.top)?;
+        }
+        self.vcpus.clear();
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.top
+    }
+}
+
+impl Drop for Bandwidth {
+    fn drop(&mut self) {
+        let _ = self.remove();
+    }
+}
+
+/// Refuses bandwidth control early with a useful message.
+pub fn require_bandwidth() -> Result<Flavor> {
+    match detect() {
+        Some(f) => Ok(f),
+        None => bail!(
+            "the layout caps vCPU bandwidth, but no cgroup cpu controller is available \
+             (neither /sys/fs/cgroup/cpu nor cgroup v2 with \"cpu\" in cgroup.controllers)"
+        ),
+    }
+}

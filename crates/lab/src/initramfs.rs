@@ -1,0 +1,214 @@
+//! The guest's initramfs: busybox, vsched and any extra binaries with the
+//! shared libraries they need, and an /init that runs the layout's commands
+//! between markers on the serial console. Written as a newc cpio archive
+//! (the format the kernel unpacks), uncompressed: it is built fresh for
+//! each run and never leaves the machine.
+
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Marker lines the guest's /init prints; the host parses them.
+pub const MARK: &str = "@@VSCHED-LAB";
+
+/// A newc ("070701") cpio archive under construction.
+#[derive(Default)]
+pub struct Cpio {
+    data: Vec<u8>,
+    next_inode: u32,
+    dirs: BTreeSet<String>,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, body: &[u8]) {
+        self.next_inode += 1;
+        let fields = [
+            self.next_inode,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            body.len() as u32,
+            0,
+            0,
+            0,
+            0,
+            name.len() as u32 + 1,
+            0,
+        ];
+        self.data.extend_from_slice(b"070701");
+        for f in fields {
+            self.data.extend_from_slice(format!("{f:08X}").as_bytes());
+        }
+        self.data.extend_from_slice(name.as_bytes());
+        self.data.push(0);
+        self.pad();
+        self.data.extend_from_slice(body);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while self.data.len() % 4 != 0 {
+            self.data.push(0);
+        }
+    }
+
+    /// Adds a directory and its parents (once each).
+    pub fn dir(&mut self, path: &str) {
+        let path = path.trim_matches('/');
+        let mut prefix = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            if self.dirs.insert(prefix.clone()) {
+                let p = prefix.clone();
+                self.entry(&p, 0o040755, &[]);
+            }
+        }
+    }
+
+    /// Adds a regular file at `path` (absolute in the guest), creating parents.
+    pub fn file(&mut self, path: &str, mode: u32, body: &[u8]) {
+        let path = path.trim_start_matches('/');
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.entry(path, 0o100000 | (mode & 0o7777), body);
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[]);
+        self.data
+    }
+}
+
+/// Shared libraries (and the loader) a dynamically linked binary needs, per ldd.
+fn libraries_of(binary: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("running ldd (Debian package libc-bin) to find a binary's libraries")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("not a dynamic executable") || text.contains("statically linked") {
+        return Ok(Vec::new());
+    }
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        let path = line
+            .split("=>")
+            .last()
+            .and_then(|s| s.split_whitespace().next())
+            .filter(|s| s.starts_with('/'));
+        if let Some(p) = path {
+            libs.push(PathBuf::from(p));
+        }
+        if line.contains("not found") {
+            bail!(
+                "{}: library missing on the host: {}",
+                binary.display(),
+                line.trim()
+            );
+        }
+    }
+    Ok(libs)
+}
+
+/// The /init script: mounts, then each command between BEGIN/END markers.
+pub fn init_script(commands: &[String]) -> String {
+    let mut s = String::from(
+        "#!/bin/busybox sh\n\
+         /bin/busybox --install -s /bin\n\
+         export PATH=/bin\n\
+         mount -t proc proc /proc\n\
+         mount -t sysfs sys /sys\n\
+         mount -t devtmpfs dev /dev 2>/dev/null\n\
+         mkdir -p /tmp\n",
+    );
+    s.push_str(&format!("echo \"{MARK} BOOTED $(cat /proc/uptime)\"\n"));
+    for (i, cmd) in commands.iter().enumerate() {
+        // Each command runs in its own shell so a failing one cannot end /init.
+        let quoted = cmd.replace('\'', r"'\''");
+        s.push_str(&format!(
+            "echo \"{MARK} BEGIN {i}\"\nsh -c '{quoted}'\necho \"{MARK} END {i} $?\"\n"
+        ));
+    }
+    s.push_str(&format!("echo \"{MARK} DONE\"\npoweroff -f\n"));
+    s
+}
+
+/// Builds the archive: busybox, vsched, extra binaries, their libraries, /init.
+pub fn build(
+    busybox: &Path,
+    vsched: &Path,
+    extra: &[PathBuf],
+    commands: &[String],
+) -> Result<Vec<u8>> {
+    let mut cpio = Cpio::default();
+    for d in ["bin", "proc", "sys", "dev", "tmp", "etc"] {
+        cpio.dir(d);
+    }
+    let mut libs = BTreeSet::new();
+    let mut add_binary = |cpio: &mut Cpio, src: &Path, name: &str| -> Result<()> {
+        let body = std::fs::read(src).with_context(|| format!("reading {}", src.display()))?;
+        cpio.file(&format!("/bin/{name}"), 0o755, &body);
+        libs.extend(libraries_of(src)?);
+        Ok(())
+    };
+    add_binary(&mut cpio, busybox, "busybox")?;
+    add_binary(&mut cpio, vsched, "vsched")?;
+    for b in extra {
+        let name = b
+            .file_name()
+            .context("extra binary without a file name")?
+            .to_string_lossy()
+            .into_owned();
+        add_binary(&mut cpio, b, &name)?;
+    }
+    for lib in &libs {
+        let body = std::fs::read(lib).with_context(|| format!("reading {}", lib.display()))?;
+        cpio.file(&lib.to_string_lossy(), 0o755, &body);
+    }
+    cpio.file("/init", 0o755, init_script(commands).as_bytes());
+    Ok(cpio.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newc_records_are_aligned_and_terminated() {
+        let mut c = Cpio::default();
+        c.file("/bin/x", 0o755, b"abc");
+        let data = c.finish();
+        assert!(data.starts_with(b"070701"));
+        assert_eq!(data.len() % 4, 0);
+        let text = String::from_utf8_lossy(&data);
+        // Parent directory first, then the file, then the trailer.
+        let (d, f, t) = (
+            text.find("bin\0").unwrap(),
+            text.find("bin/x\0").unwrap(),
+            text.find("TRAILER!!!").unwrap(),
+        );
+        assert!(d < f && f < t);
+        // File size field (7th) of the file entry is 3.
+        let hdr = &text[f - 110..f];
+        assert_eq!(&hdr[6 + 6 * 8..6 + 7 * 8], "00000003");
+    }
+
+    #[test]
+    fn init_quotes_commands_and_marks_them() {
+        let s = init_script(&["echo 'hi'".to_string()]);
+        assert!(
+            s.contains("@@VSCHED-LAB BEGIN 0\"\nsh -c 'echo '\\''hi'\\'''\n"),
+            "{s}"
+        );
+        assert!(s.contains("@@VSCHED-LAB END 0 $?"));
+        assert!(s.ends_with("poweroff -f\n"));
+    }
+}

@@ -1,0 +1,400 @@
+//! Boots a guest for a layout, applies the host-side placement (and its
+//! phases), runs the commands and collects their output. Everything it
+//! creates (the QEMU process, cgroups, the work directory) is removed on
+//! every way out: success, error, timeout, interrupt (`stop` flag), and,
+//! for a killed run, by the next run (`host::sweep_stale`) and QEMU's
+//! parent-death signal.
+
+use crate::host::{self, Bandwidth};
+use crate::initramfs::{self, MARK};
+use crate::kernel;
+use crate::layout::{Layout, VcpuState};
+use crate::qmp::Qmp;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    /// KVM when it is known to boot this kernel, else TCG.
+    Auto,
+    Tcg,
+    Kvm,
+}
+
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    pub kernel: Option<PathBuf>,
+    pub accel: Accel,
+    /// The vsched binary to put in the guest.
+    pub vsched: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandResult {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub output: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub layout: String,
+    pub accel: String,
+    /// From starting QEMU to the guest's first command.
+    pub boot_ms: f64,
+    pub commands: Vec<CommandResult>,
+    /// Host seconds (since the first command began) at which each phase was applied.
+    pub phases_applied_s: Vec<f64>,
+    /// Everything the guest printed on its console.
+    pub console: String,
+}
+
+/// A started QEMU and what was created for it.
+struct Guest {
+    child: Child,
+    bandwidth: Option<Bandwidth>,
+    workdir: PathBuf,
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(bw) = &mut self.bandwidth {
+            let _ = bw.remove();
+        }
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
+}
+
+fn workdir() -> Result<PathBuf> {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vsched-lab-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn kvm_usable() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+/// Where the verdict "does KVM boot this kernel" is remembered.
+fn kvm_verdict_path(kernel: &Path) -> PathBuf {
+    let len = std::fs::metadata(kernel).map(|m| m.len()).unwrap_or(0);
+    kernel::cache_dir().join(format!("kvm-boots-{len}"))
+}
+
+/// Runs `commands` in a guest shaped by `layout`.
+pub fn run(
+    layout: &Layout,
+    commands: &[String],
+    opts: &LabOptions,
+    stop: &AtomicBool,
+) -> Result<RunResult> {
+    host::sweep_stale();
+    let qemu = kernel::qemu()?;
+    let busybox = kernel::busybox()?;
+    let kernel_path = kernel::guest_kernel(opts.kernel.as_deref())?;
+    let needs_bandwidth =
+        (0..=layout.phases.len()).any(|p| layout.state_at(p).iter().any(|s| s.bandwidth.is_some()));
+    let flavor = if needs_bandwidth {
+        Some(host::require_bandwidth()?)
+    } else {
+        None
+    };
+    let initrd = initramfs::build(&busybox, &opts.vsched, &layout.extra_binaries, commands)?;
+
+    let verdict = kvm_verdict_path(&kernel_path);
+    let order: Vec<Accel> = match opts.accel {
+        Accel::Tcg => vec![Accel::Tcg],
+        Accel::Kvm => vec![Accel::Kvm],
+        Accel::Auto
+            if kvm_usable()
+                && std::fs::read_to_string(&verdict).map_or(true, |v| v.trim() == "yes") =>
+        {
+            vec![Accel::Kvm, Accel::Tcg]
+        }
+        Accel::Auto => vec![Accel::Tcg],
+    };
+    let mut last_err = None;
+    for (i, &accel) in order.iter().enumerate() {
+        let trial = accel == Accel::Kvm && order.len() > 1;
+        match boot_and_run(
+            layout,
+            commands,
+            &qemu,
+            &kernel_path,
+            &initrd,
+            accel,
+            flavor.clone(),
+            trial,
+            stop,
+        ) {
+            Ok(r) => {
+                if trial {
+                    let _ = std::fs::create_dir_all(kernel::cache_dir());
+                    let _ = std::fs::write(&verdict, "yes");
+                }
+                return Ok(r);
+            }
+            Err(e) if trial && i + 1 < order.len() && !stop.load(Ordering::SeqCst) => {
+                // KVM is there but does not run this kernel: remember, fall back.
+                let _ = std::fs::create_dir_all(kernel::cache_dir());
+                let _ = std::fs::write(&verdict, "no");
+                last_err = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no accelerator to try")))
+}
+
+#[derive(Debug)]
+struct BootTimeout(String);
+impl std::fmt::Display for BootTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for BootTimeout {}
+
+fn tail(lines: &[String], n: usize) -> String {
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn boot_and_run(
+    layout: &Layout,
+    commands: &[String],
+    qemu: &Path,
+    kernel_path: &Path,
+    initrd: &[u8],
+    accel: Accel,
+    flavor: Option<host::Flavor>,
+    trial: bool,
+    stop: &AtomicBool,
+) -> Result<RunResult> {
+    let dir = workdir()?;
+    let initrd_path = dir.join("initrd.cpio");
+    std::fs::write(&initrd_path, initrd)?;
+    let qmp_path = dir.join("qmp.sock");
+    let accel_arg = match accel {
+        Accel::Kvm => "kvm".to_string(),
+        _ => "tcg,thread=multi".to_string(),
+    };
+    let mut cmd = Command::new(qemu);
+    cmd.arg("-accel")
+        .arg(&accel_arg)
+        .args([
+            "-cpu",
+            "max",
+            "-smp",
+            &layout.vcpus.to_string(),
+            "-m",
+            &layout.memory_mib.to_string(),
+        ])
+        .arg("-kernel")
+        .arg(kernel_path)
+        .arg("-initrd")
+        .arg(&initrd_path)
+        .args([
+            "-append",
+            "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable",
+        ])
+        .args([
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-monitor",
+            "none",
+        ])
+        .arg("-qmp")
+        .arg(format!("unix:{},server=on,wait=off", qmp_path.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: prctl is async-signal-safe; QEMU dies with us even on SIGKILL.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", qemu.display()))?;
+    let mut guest = Guest {
+        child,
+        bandwidth: None,
+        workdir: dir,
+    };
+
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = guest.child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line.trim_end_matches('\r').to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = guest.child.stderr.take().unwrap();
+    let stderr_text = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut s);
+        s
+    });
+
+    let mut qmp = Qmp::connect(&qmp_path, Duration::from_secs(10))?;
+    let threads = qmp.vcpu_threads()?;
+    if threads.len() != layout.vcpus as usize {
+        bail!(
+            "QEMU reports {} vCPUs, the layout wants {}",
+            threads.len(),
+            layout.vcpus
+        );
+    }
+    if let Some(f) = flavor {
+        guest.bandwidth = Some(Bandwidth::create(f, guest.child.id() as i32)?);
+    }
+    let all_cpus: Vec<u32> = vsched_model::cpulist::parse_cpu_list(
+        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into()),
+    )?;
+    let apply = |guest: &mut Guest, states: &[VcpuState]| -> Result<()> {
+        for (v, s) in states.iter().enumerate() {
+            let tid = threads[v];
+            match s.host_cpu {
+                Some(h) => host::set_thread_affinity(tid, &[h])?,
+                None => host::set_thread_affinity(tid, &all_cpus)?,
+            }
+            if let Some(bw) = guest.bandwidth.as_mut() {
+                bw.set(v as u32, tid, s.bandwidth)?;
+            }
+        }
+        Ok(())
+    };
+
+    let boot_timeout = Duration::from_secs_f64(if trial {
+        layout.boot_timeout_s.min(8.0)
+    } else {
+        layout.boot_timeout_s
+    });
+    let run_timeout = Duration::from_secs_f64(layout.run_timeout_s);
+    let mut console: Vec<String> = Vec::new();
+    let mut boot_ms = None;
+    let mut first_command: Option<Instant> = None;
+    let mut phases_applied_s = Vec::new();
+    let mut results: Vec<CommandResult> = Vec::new();
+    let mut current: Option<(usize, Vec<String>)> = None;
+    let mut done = false;
+    while !done {
+        if stop.load(Ordering::SeqCst) {
+            bail!("interrupted");
+        }
+        // Phases are timed from the first command's start.
+        if let Some(t0) = first_command {
+            let next = phases_applied_s.len();
+            if next < layout.phases.len() && t0.elapsed().as_secs_f64() >= layout.phases[next].at_s
+            {
+                apply(&mut guest, &layout.state_at(next + 1))?;
+                phases_applied_s.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        let elapsed = started.elapsed();
+        if boot_ms.is_none() && elapsed > boot_timeout {
+            return Err(anyhow::Error::new(BootTimeout(format!(
+                "the guest did not boot within {:.0} s ({accel_arg}); last console lines:\n{}",
+                boot_timeout.as_secs_f64(),
+                tail(&console, 20)
+            ))));
+        }
+        if first_command.is_some_and(|t| t.elapsed() > run_timeout) {
+            bail!(
+                "the guest's commands did not finish within {:.0} s; last console lines:\n{}",
+                run_timeout.as_secs_f64(),
+                tail(&console, 20)
+            );
+        }
+        let line = match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(l) => l,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = guest.child.wait()?;
+                let err = stderr_text.join().unwrap_or_default();
+                bail!(
+                    "QEMU exited ({status}) before the guest finished; QEMU said: {}\nlast console lines:\n{}",
+                    err.trim(),
+                    tail(&console, 20)
+                );
+            }
+        };
+        console.push(line.clone());
+        let Some(rest) = line
+            .find(MARK)
+            .map(|i| line[i + MARK.len()..].trim().to_string())
+        else {
+            if let Some((_, out)) = current.as_mut() {
+                out.push(line);
+            }
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        match words.next() {
+            Some("BOOTED") => {
+                boot_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                // The layout shapes the guest from here: boot itself runs
+                // unconstrained so that boot time says nothing about the layout.
+                apply(&mut guest, &layout.state_at(0))?;
+            }
+            Some("BEGIN") => {
+                let i: usize = words
+                    .next()
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(results.len());
+                first_command.get_or_insert_with(Instant::now);
+                current = Some((i, Vec::new()));
+            }
+            Some("END") => {
+                let code = words.nth(1).and_then(|w| w.parse().ok());
+                if let Some((i, out)) = current.take() {
+                    results.push(CommandResult {
+                        command: commands.get(i).cloned().unwrap_or_default(),
+                        exit_code: code,
+                        output: out.join("\n"),
+                    });
+                }
+            }
+            Some("DONE") => done = true,
+            _ => {}
+        }
+    }
+    let _ = guest.child.wait();
+    Ok(RunResult {
+        layout: layout.name().to_string(),
+        accel: accel_arg,
+        boot_ms: boot_ms.unwrap_or(0.0),
+        commands: results,
+        phases_applied_s,
+        console: console.join("\n"),
+    })
+}

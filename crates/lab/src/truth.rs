@@ -1,0 +1,214 @@
+//! Ground truth a layout implies, and scoring a probe report against it.
+//!
+//! While the probe runs, every vCPU is busy (the probers spin on all of
+//! them), so the host shares each host CPU among the vCPUs pinned to it;
+//! a bandwidth cap limits a vCPU further. Shares are computed by
+//! water-filling: capped vCPUs take at most their cap, the rest split what
+//! remains equally (CFS fairness).
+
+use crate::layout::VcpuState;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vsched_model::report::ProbeReport;
+
+/// Tolerances from the lab's contract (issue: relative capacity within 15%,
+/// inactive-episode mean within 25%; stacking and stragglers exact).
+pub const CAPACITY_TOLERANCE: f64 = 0.15;
+pub const EPISODE_TOLERANCE: f64 = 0.25;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Truth {
+    /// Groups of two or more vCPUs pinned to one host CPU.
+    pub stacked_groups: Vec<Vec<u32>>,
+    /// Share of a host CPU each vCPU gets while all are busy.
+    pub share: Vec<f64>,
+    /// share / max share: what `capacity / 1024` should be.
+    pub capacity_rel: Vec<f64>,
+    /// Expected inactive-episode mean, where the layout determines it: a
+    /// capped vCPU alone on its host CPU is off for period - quota each period.
+    pub episode_mean_us: Vec<Option<f64>>,
+    pub straggler: Vec<bool>,
+}
+
+pub fn truth(states: &[VcpuState], straggler_ratio: f64) -> Truth {
+    let cap = |s: &VcpuState| s.bandwidth.map_or(1.0, |(q, p)| q as f64 / p as f64);
+    let mut share = vec![0.0; states.len()];
+    let mut by_host: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, s) in states.iter().enumerate() {
+        match s.host_cpu {
+            Some(h) => by_host.entry(h).or_default().push(i),
+            // Assumed to have a host CPU to itself: pin vCPUs in scored layouts.
+            None => share[i] = cap(s),
+        }
+    }
+    let mut stacked_groups = Vec::new();
+    for members in by_host.values() {
+        let mut order = members.clone();
+        order.sort_by(|&a, &b| cap(&states[a]).total_cmp(&cap(&states[b])));
+        let mut remaining = 1.0;
+        for (k, &i) in order.iter().enumerate() {
+            let fair = remaining / (order.len() - k) as f64;
+            share[i] = cap(&states[i]).min(fair);
+            remaining -= share[i];
+        }
+        if members.len() > 1 {
+            stacked_groups.push(members.iter().map(|&i| i as u32).collect());
+        }
+    }
+    let max = share
+        .iter()
+        .cloned()
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let capacity_rel: Vec<f64> = share.iter().map(|s| s / max).collect();
+    let mean = capacity_rel.iter().sum::<f64>() / capacity_rel.len().max(1) as f64;
+    let alone = |i: usize| states[i].host_cpu.is_none_or(|h| by_host[&h].len() == 1);
+    Truth {
+        stacked_groups,
+        episode_mean_us: states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s.bandwidth {
+                Some((q, p)) if q < p && alone(i) => Some((p - q) as f64),
+                _ => None,
+            })
+            .collect(),
+        straggler: capacity_rel
+            .iter()
+            .map(|&c| c < straggler_ratio * mean)
+            .collect(),
+        share,
+        capacity_rel,
+    }
+}
+
+/// One scored item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Item {
+    pub what: String,
+    pub expected: String,
+    pub measured: String,
+    pub pass: bool,
+}
+
+/// Scores a probe report against the truth.
+pub fn score(t: &Truth, r: &ProbeReport) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut measured_groups: Vec<Vec<u32>> = r
+        .vcpus
+        .iter()
+        .filter(|v| !v.stacked_with.is_empty())
+        .map(|v| {
+            let mut g = v.stacked_with.clone();
+            g.push(v.cpu);
+            g.sort_unstable();
+            g
+        })
+        .collect();
+    measured_groups.sort();
+    measured_groups.dedup();
+    let mut expected_groups = t.stacked_groups.clone();
+    expected_groups.sort();
+    let fmt_groups = |g: &[Vec<u32>]| {
+        if g.is_empty() {
+            "none".to_string()
+        } else {
+            g.iter()
+                .map(|x| format!("{x:?}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+    items.push(Item {
+        what: "stacking groups".into(),
+        expected: fmt_groups(&expected_groups),
+        measured: fmt_groups(&measured_groups),
+        pass: measured_groups == expected_groups,
+    });
+    for v in &r.vcpus {
+        let i = v.cpu as usize;
+        if i >= t.share.len() {
+            continue;
+        }
+        let rel = t.capacity_rel[i];
+        items.push(match v.capacity {
+            Some(c) => {
+                let m = c as f64 / 1024.0;
+                Item {
+                    what: format!("vCPU {i} relative capacity"),
+                    expected: format!("{:.0} (±{:.0}%)", rel * 1024.0, CAPACITY_TOLERANCE * 100.0),
+                    measured: c.to_string(),
+                    pass: (m - rel).abs() <= CAPACITY_TOLERANCE * rel,
+                }
+            }
+            None => Item {
+                what: format!("vCPU {i} relative capacity"),
+                expected: format!("{:.0}", rel * 1024.0),
+                measured: "not measured".into(),
+                pass: false,
+            },
+        });
+        if let Some(truth_us) = t.episode_mean_us[i] {
+            let mean = v.episodes.filter(|e| e.count > 0).map(|e| e.mean_us);
+            items.push(Item {
+                what: format!("vCPU {i} inactive-episode mean"),
+                expected: format!(
+                    "{:.2} ms (±{:.0}%)",
+                    truth_us / 1e3,
+                    EPISODE_TOLERANCE * 100.0
+                ),
+                measured: mean.map_or("none".into(), |m| format!("{:.2} ms", m / 1e3)),
+                pass: mean.is_some_and(|m| (m - truth_us).abs() <= EPISODE_TOLERANCE * truth_us),
+            });
+        }
+        items.push(Item {
+            what: format!("vCPU {i} straggler"),
+            expected: t.straggler[i].to_string(),
+            measured: v.straggler.to_string(),
+            pass: v.straggler == t.straggler[i],
+        });
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(host: Option<u32>, bw: Option<(u64, u64)>) -> VcpuState {
+        VcpuState {
+            host_cpu: host,
+            bandwidth: bw,
+        }
+    }
+
+    #[test]
+    fn stacked_pair_splits_a_host_cpu() {
+        let t = truth(
+            &[st(Some(0), None), st(Some(1), None), st(Some(1), None)],
+            0.2,
+        );
+        assert_eq!(t.stacked_groups, vec![vec![1, 2]]);
+        assert_eq!(t.share, vec![1.0, 0.5, 0.5]);
+        assert_eq!(t.capacity_rel, vec![1.0, 0.5, 0.5]);
+        assert_eq!(t.episode_mean_us, vec![None, None, None]);
+        assert_eq!(t.straggler, vec![false; 3]);
+    }
+
+    #[test]
+    fn capped_vcpu_alone_has_known_episodes() {
+        let t = truth(&[st(Some(0), None), st(Some(1), Some((3000, 10000)))], 0.2);
+        assert!((t.capacity_rel[1] - 0.3).abs() < 1e-9);
+        assert_eq!(t.episode_mean_us[1], Some(7000.0));
+        assert!(t.stacked_groups.is_empty());
+    }
+
+    #[test]
+    fn water_filling_gives_the_uncapped_the_rest() {
+        let t = truth(&[st(Some(0), Some((2000, 10000))), st(Some(0), None)], 0.2);
+        assert!((t.share[0] - 0.2).abs() < 1e-9 && (t.share[1] - 0.8).abs() < 1e-9);
+        // A 5% vCPU among full ones is a straggler.
+        let t = truth(&[st(Some(0), None), st(Some(1), Some((1000, 20000)))], 0.2);
+        assert_eq!(t.straggler, vec![false, true]);
+    }
+}
