@@ -161,7 +161,11 @@ fn render(r: &CheckResult) -> String {
                 i.what,
                 i.expected,
                 i.measured,
-                if i.pass { "pass" } else { "FAIL" }
+                match (i.scored, i.pass) {
+                    (false, _) => "(info)",
+                    (true, true) => "pass",
+                    (true, false) => "FAIL",
+                }
             ));
         }
     }

@@ -86,11 +86,27 @@ pub fn check(
     let mut scored = Vec::new();
     let first = initial_report(layout, &reports);
     let ratio = first.settings.straggler_ratio;
-    let initial = truth::truth(&layout.state_at(0), ratio);
+    let end = ran.command_ends_s.first().copied().unwrap_or(f64::MAX);
+    let emulated = ran.accel.starts_with("tcg");
+    // Capacity truth: the shares the host gave the vCPU threads while the
+    // placement was in force: for one probe, its sampling windows (heavy,
+    // then light; they open the command); with phases, each placement's
+    // span (a margin after a change lets the EMA follow).
+    let windows_s = (first.settings.heavy_ms + first.settings.light_ms) / 1e3;
+    let initial_end = layout
+        .phases
+        .first()
+        .map_or(windows_s.min(end), |p| p.at_s - 1.5);
+    // Skip the command's start-up, when only the vCPU starting it is busy.
+    let initial_start = if layout.phases.is_empty() { 0.25 } else { 0.0 };
+    let mut initial = truth::truth(&layout.state_at(0), ratio);
+    if let Some(shares) = truth::host_shares(&ran.vcpu_cpu_ns, initial_start, initial_end) {
+        initial = initial.with_measured_shares(shares, ratio);
+    }
     scored.push(Scored {
         when: "initial".into(),
         report_sequence: first.sequence,
-        items: truth::score(&initial, first),
+        items: truth::score(&initial, first, emulated),
         truth: initial,
     });
     if !layout.phases.is_empty() {
@@ -98,15 +114,21 @@ pub fn check(
         if reports.len() < 2 {
             bail!("the layout has phases but the check command printed one report: use `vsched probe --watch`");
         }
-        let fin = truth::truth(&layout.state_at(layout.phases.len()), ratio);
+        let mut fin = truth::truth(&layout.state_at(layout.phases.len()), ratio);
+        let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
+        if let Some(shares) = truth::host_shares(&ran.vcpu_cpu_ns, changed + 2.0, end) {
+            fin = fin.with_measured_shares(shares, ratio);
+        }
         scored.push(Scored {
             when: "final".into(),
             report_sequence: last.sequence,
-            items: truth::score(&fin, last),
+            items: truth::score(&fin, last, emulated),
             truth: fin,
         });
     }
-    let pass = scored.iter().all(|s| s.items.iter().all(|i| i.pass));
+    let pass = scored
+        .iter()
+        .all(|s| s.items.iter().all(|i| i.pass || !i.scored));
     Ok((
         CheckResult {
             schema: "vsched.lab-check/v1".into(),

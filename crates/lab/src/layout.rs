@@ -87,7 +87,7 @@ fn default_run_timeout() -> f64 {
 fn default_check_command() -> String {
     // Longer windows than the default probe: the lab's host is a small,
     // shared machine, and one probe is scored on its own.
-    "vsched probe --json --duration 500ms --heavy 200ms".to_string()
+    "vsched probe --json --duration 1s --heavy 200ms".to_string()
 }
 
 /// Linux's CFS bandwidth limits (cpu.cfs_period_us, cpu.cfs_quota_us).

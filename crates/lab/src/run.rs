@@ -52,8 +52,21 @@ pub struct RunResult {
     pub commands: Vec<CommandResult>,
     /// Host seconds (since the first command began) at which each phase was applied.
     pub phases_applied_s: Vec<f64>,
+    /// Host CPU time (ns) of each vCPU thread, sampled about every 100 ms:
+    /// (seconds since the first command began, per-vCPU cumulative time).
+    pub vcpu_cpu_ns: Vec<(f64, Vec<u64>)>,
+    /// Seconds (since the first command began) at which each command ended.
+    pub command_ends_s: Vec<f64>,
     /// Everything the guest printed on its console.
     pub console: String,
+}
+
+/// Cumulative run time of a host thread (first field of its schedstat).
+fn thread_cpu_ns(pid: u32, tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// A started QEMU and what was created for it.
@@ -304,6 +317,10 @@ fn boot_and_run(
     let mut boot_ms = None;
     let mut first_command: Option<Instant> = None;
     let mut phases_applied_s = Vec::new();
+    let mut vcpu_cpu_ns: Vec<(f64, Vec<u64>)> = Vec::new();
+    let mut command_ends_s = Vec::new();
+    let mut last_sample = Instant::now();
+    let pid = guest.child.id();
     let mut results: Vec<CommandResult> = Vec::new();
     let mut current: Option<(usize, Vec<String>)> = None;
     let mut done = false;
@@ -313,6 +330,11 @@ fn boot_and_run(
         }
         // Phases are timed from the first command's start.
         if let Some(t0) = first_command {
+            if vcpu_cpu_ns.is_empty() || last_sample.elapsed() >= Duration::from_millis(100) {
+                last_sample = Instant::now();
+                let times = threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect();
+                vcpu_cpu_ns.push((t0.elapsed().as_secs_f64(), times));
+            }
             let next = phases_applied_s.len();
             if next < layout.phases.len() && t0.elapsed().as_secs_f64() >= layout.phases[next].at_s
             {
@@ -371,11 +393,25 @@ fn boot_and_run(
                     .next()
                     .and_then(|w| w.parse().ok())
                     .unwrap_or(results.len());
-                first_command.get_or_insert_with(Instant::now);
+                if first_command.is_none() {
+                    first_command = Some(Instant::now());
+                    vcpu_cpu_ns.push((
+                        0.0,
+                        threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+                    ));
+                }
                 current = Some((i, Vec::new()));
             }
             Some("END") => {
                 let code = words.nth(1).and_then(|w| w.parse().ok());
+                if let Some(t0) = first_command {
+                    let now = t0.elapsed().as_secs_f64();
+                    vcpu_cpu_ns.push((
+                        now,
+                        threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+                    ));
+                    command_ends_s.push(now);
+                }
                 if let Some((i, out)) = current.take() {
                     results.push(CommandResult {
                         command: commands.get(i).cloned().unwrap_or_default(),
@@ -395,6 +431,8 @@ fn boot_and_run(
         boot_ms: boot_ms.unwrap_or(0.0),
         commands: results,
         phases_applied_s,
+        vcpu_cpu_ns,
+        command_ends_s,
         console: console.join("\n"),
     })
 }

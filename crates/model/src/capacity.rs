@@ -189,6 +189,7 @@ mod tests {
             work_units: work,
             reported_steal_ns: steal_ns,
             gaps,
+            median_chunk_speed: None,
         }
     }
 

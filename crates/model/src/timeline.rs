@@ -79,7 +79,14 @@ pub struct Timeline {
     /// Steal the kernel reported for this vCPU over the window (/proc/stat).
     pub reported_steal_ns: u64,
     pub gaps: Vec<Gap>,
+    /// Median work rate (units per µs) over stretches of uninterrupted
+    /// running (`SPEED_CHUNK_NS` each); absent in older traces.
+    #[serde(default)]
+    pub median_chunk_speed: Option<f64>,
 }
+
+/// Length of the uninterrupted stretches the chunk speed is measured over.
+pub const SPEED_CHUNK_NS: u64 = 1_000_000;
 
 impl Timeline {
     /// Time the prober actually ran.
@@ -127,8 +134,14 @@ impl Timeline {
     }
 
     /// Work per microsecond of running time: the speed of the core under
-    /// the vCPU. `None` when the prober never ran.
+    /// the vCPU. The median over uninterrupted stretches when there were
+    /// any (robust to the slow restart after each interruption: cold caches,
+    /// an emulator's code cache), else the whole window's average. `None`
+    /// when the prober never ran.
     pub fn speed(&self) -> Option<f64> {
+        if self.median_chunk_speed.is_some() {
+            return self.median_chunk_speed;
+        }
         let run = self.run_ns();
         (run > 0 && self.work_units > 0).then(|| self.work_units as f64 / (run as f64 / 1_000.0))
     }
@@ -249,6 +262,7 @@ mod tests {
             work_units: 1_000_000,
             reported_steal_ns: 0,
             gaps,
+            median_chunk_speed: None,
         }
     }
 

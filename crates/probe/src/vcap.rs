@@ -11,6 +11,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
+use vsched_model::timeline::SPEED_CHUNK_NS;
 use vsched_model::{Gap, Phase, Timeline};
 
 /// Settings of one sampling round.
@@ -189,10 +190,17 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let end = t0 + window_ns;
     let mut last = t0;
     let mut resumed = t0;
+    // Uninterrupted stretches: (start time, units at start); rates per stretch.
+    let mut chunk = (t0, 0u64);
+    let mut chunk_rates: Vec<f64> = Vec::new();
     loop {
         state = work_unit(state);
         units += 1;
         let t = sys::now_ns();
+        if t - chunk.0 >= SPEED_CHUNK_NS && t - last <= detect_ns {
+            chunk_rates.push((units - chunk.1) as f64 / ((t - chunk.0) as f64 / 1_000.0));
+            chunk = (t, units);
+        }
         if t - last > detect_ns {
             let rd = run_delay(&mut sched);
             let c = sys::thread_cpu_ns();
@@ -208,6 +216,7 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             // The reads above took time of their own: restart the clock after them.
             last = sys::now_ns();
             resumed = last;
+            chunk = (last, units);
         } else {
             last = t;
         }
@@ -225,6 +234,7 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             .min(window_ns),
         _ => 0,
     };
+    chunk_rates.sort_by(f64::total_cmp);
     Timeline {
         cpu,
         phase,
@@ -232,5 +242,6 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
         work_units: units,
         reported_steal_ns,
         gaps,
+        median_chunk_speed: chunk_rates.get(chunk_rates.len() / 2).copied(),
     }
 }
