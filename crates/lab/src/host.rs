@@ -56,10 +56,30 @@ fn pid_alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
 }
 
-/// Removes `vsched-lab-<pid>` cgroups whose process is gone (a run killed
-/// with SIGKILL cannot clean up after itself). Returns what was removed.
+/// The pid in a `vsched-lab-<pid>[-<n>]` name.
+fn owner_pid(name: &str) -> Option<i32> {
+    name.strip_prefix("vsched-lab-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Removes `vsched-lab-<pid>` cgroups and work directories whose process is
+/// gone (a run killed with SIGKILL cannot clean up after itself; its QEMU
+/// dies with it through the parent-death signal). Returns what was removed.
 pub fn sweep_stale() -> Vec<PathBuf> {
     let mut removed = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if owner_pid(&name).is_some_and(|pid| !pid_alive(pid))
+                && std::fs::remove_dir_all(e.path()).is_ok()
+            {
+                removed.push(e.path());
+            }
+        }
+    }
     let roots = match detect() {
         Some(Flavor::V1(r)) | Some(Flavor::V2(r)) => vec![r],
         None => return removed,
@@ -180,6 +200,19 @@ impl Bandwidth {
 impl Drop for Bandwidth {
     fn drop(&mut self) {
         let _ = self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pid_reads_both_name_forms() {
+        assert_eq!(owner_pid("vsched-lab-123"), Some(123));
+        assert_eq!(owner_pid("vsched-lab-123-4"), Some(123));
+        assert_eq!(owner_pid("vsched-labx-1"), None);
+        assert_eq!(owner_pid("other"), None);
     }
 }
 

@@ -1,0 +1,196 @@
+//! The VM lab end to end: each shipped layout boots a real guest under QEMU
+//! and its probe must pass the layout's check; the lab removes what it
+//! created when interrupted, and a run killed outright is cleaned up by the
+//! next one. Needs root, qemu-system-x86 and busybox-static (scripts/test.sh
+//! installs them) and the Debian cloud kernel (fetched and cached).
+
+mod common;
+
+use common::vsched;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn layout(name: &str) -> String {
+    format!(
+        "{}/../../lab/layouts/{name}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn check(name: &str) -> Value {
+    let out = vsched(&["lab", "check", "--json", &layout(name)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "lab check {name} failed (exit {:?}):\n{text}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["pass"], true, "{r:#}");
+    r
+}
+
+#[test]
+fn shipped_layouts_pass_their_checks() {
+    let _guard = common::serial();
+    // (1) two free vCPUs; (2) a stacked pair; (3) a 30% cap with a 10 ms period.
+    for name in ["two-free", "stacked-pair", "capped-30pct"] {
+        let r = check(name);
+        assert!(r["boot_ms"].as_f64().unwrap() > 0.0);
+    }
+    // (4) a vCPU becomes stacked halfway; `probe --watch` must follow.
+    let r = check("becomes-stacked");
+    assert_eq!(
+        r["scored"].as_array().unwrap().len(),
+        2,
+        "initial and final placements are both scored"
+    );
+    assert_eq!(r["scored"][1]["items"][0]["measured"], "[0, 1]");
+}
+
+fn lab_leftovers(pid: u32) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup", "/tmp"] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name == format!("vsched-lab-{pid}")
+                    || name.starts_with(&format!("vsched-lab-{pid}-"))
+                {
+                    found.push(e.path());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// QEMU processes whose parent is `pid`.
+fn qemu_children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.contains("(qemu-system-x86")
+                    && s.rsplit(')')
+                        .next()
+                        .and_then(|r| r.split_whitespace().nth(1))
+                        == Some(&pid.to_string())
+            })
+        })
+        .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts a capped guest that sleeps, waits until its cgroups exist.
+fn start_sleeping_guest() -> (std::process::Child, u32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_vsched"))
+        .args(["lab", "run", &layout("capped-30pct"), "--cmd", "sleep 60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_for("the guest's cgroup", Duration::from_secs(30), || {
+        Path::new(&format!("/sys/fs/cgroup/cpu/vsched-lab-{pid}/vcpu1")).exists()
+            || Path::new(&format!("/sys/fs/cgroup/vsched-lab-{pid}/vcpu1")).exists()
+    });
+    let qemu = qemu_children(pid);
+    assert_eq!(qemu.len(), 1, "one QEMU child expected");
+    (child, qemu[0])
+}
+
+#[test]
+fn interrupt_and_kill_leave_nothing_behind() {
+    let _guard = common::serial();
+    // Ctrl-C: the run stops and removes everything itself.
+    let (mut child, qemu) = start_sleeping_guest();
+    let pid = child.id();
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "an interrupted run is an error");
+    assert!(
+        !Path::new(&format!("/proc/{qemu}")).exists(),
+        "QEMU left running"
+    );
+    assert!(
+        lab_leftovers(pid).is_empty(),
+        "left behind: {:?}",
+        lab_leftovers(pid)
+    );
+
+    // SIGKILL: QEMU dies with vsched; the next run sweeps the rest.
+    let (mut child, qemu) = start_sleeping_guest();
+    let pid = child.id();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    wait_for(
+        "QEMU to die with its parent",
+        Duration::from_secs(5),
+        || !Path::new(&format!("/proc/{qemu}")).exists(),
+    );
+    assert!(
+        !lab_leftovers(pid).is_empty(),
+        "a killed run cannot clean up itself"
+    );
+    let out = vsched(&["lab", "run", &layout("two-free"), "--cmd", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lab_leftovers(pid).is_empty(),
+        "not swept: {:?}",
+        lab_leftovers(pid)
+    );
+}
+
+#[test]
+fn bad_layouts_and_paths_are_refused() {
+    let _guard = common::serial();
+    let dir = std::env::temp_dir().join(format!("vsched-labtest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "vcpus = 2\n[[vcpu]]\nid = 0\nhost_cpu = 4000\n",
+            "offers only",
+        ),
+        (
+            "vcpus = 2\n[[vcpu]]\nid = 1\nquota_us = 20000\nperiod_us = 10000\n",
+            "exceeds period_us",
+        ),
+        ("vcpus = 2\ncolour = \"red\"\n", "unknown field"),
+    ];
+    for (i, (text, needle)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = vsched(&["lab", "check", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(err.contains(needle), "{text}: {err}");
+    }
+    let out = vsched(&[
+        "lab",
+        "run",
+        &layout("two-free"),
+        "--kernel",
+        "/nonexistent/bzImage",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
+    let out = vsched(&["lab", "run", "/nonexistent/layout.toml"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading layout"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
