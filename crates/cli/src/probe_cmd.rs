@@ -317,7 +317,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             0.1
         };
         let progress = Progress::new(expected_s);
-        let mut report = session.step(first, &|what, f| progress.update(what, f));
+        let update = |what: &str, f: f64| progress.update(what, f);
+        let mut report = session.step(
+            first,
+            progress.enabled().then_some(&update as &dyn Fn(&str, f64)),
+        );
         progress.finish();
         report.warnings.splice(0..0, warnings);
         write_trace(&args, &session)?;
@@ -331,7 +335,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let mut updates = 0u64;
     loop {
         let step_start = Instant::now();
-        let mut report = session.step(plan, &|_, _| {});
+        let mut report = session.step(plan, None);
         report.warnings.splice(0..0, warnings.iter().cloned());
         report.overhead = Some(session.overhead());
         write_trace(&args, &session)?;

@@ -11,10 +11,19 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(expected_s: f64) -> Progress {
+        // A console without TERM (a guest's serial line, an init script) or
+        // with TERM=dumb shows no progress: nobody watches it live, and the
+        // redraw thread would only disturb the probers.
+        let interactive = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
         Progress {
-            enabled: expected_s > 1.0 && std::io::stderr().is_terminal(),
+            enabled: expected_s > 1.0 && interactive && std::io::stderr().is_terminal(),
             started: Instant::now(),
         }
+    }
+
+    /// Whether anything will be shown (a terminal, and long enough work).
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     pub fn update(&self, what: &str, fraction: f64) {

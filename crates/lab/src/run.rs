@@ -371,15 +371,19 @@ fn boot_and_run(
             }
         };
         console.push(line.clone());
-        let Some(rest) = line
-            .find(MARK)
-            .map(|i| line[i + MARK.len()..].trim().to_string())
-        else {
+        let Some(at) = line.find(MARK) else {
             if let Some((_, out)) = current.as_mut() {
                 out.push(line);
             }
             continue;
         };
+        // Output that did not end in a newline shares its last line with the marker.
+        if at > 0 {
+            if let Some((_, out)) = current.as_mut() {
+                out.push(line[..at].to_string());
+            }
+        }
+        let rest = line[at + MARK.len()..].trim().to_string();
         let mut words = rest.split_whitespace();
         match words.next() {
             Some("BOOTED") => {

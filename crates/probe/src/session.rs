@@ -91,7 +91,9 @@ impl Session {
     }
 
     /// Runs one step and reports the state after it.
-    pub fn step(&mut self, plan: StepPlan, progress: &dyn Fn(&str, f64)) -> ProbeReport {
+    /// `progress` (for a terminal) is called while the step runs; pass
+    /// `None` otherwise, so that no extra thread disturbs the probers.
+    pub fn step(&mut self, plan: StepPlan, progress: Option<&dyn Fn(&str, f64)>) -> ProbeReport {
         let step_start = Instant::now();
         let mut warnings = Vec::new();
         let mut timing = Timing::default();
@@ -111,7 +113,12 @@ impl Session {
                 ..self.opts.sample
             };
             let t = Instant::now();
-            let round = vcap::sample(&self.opts.cpus, &cfg, &|f| progress("capacity/activity", f));
+            let vcap_progress = progress.map(|p| move |f| p("capacity/activity", f));
+            let round = vcap::sample(
+                &self.opts.cpus,
+                &cfg,
+                vcap_progress.as_ref().map(|p| p as &dyn Fn(f64)),
+            );
             timing.capacity_ms = ms(t);
             self.fold_in(&round);
             if !round.light_policy.is_empty() {
@@ -130,7 +137,11 @@ impl Session {
 
         if self.opts.topology && plan.topology != TopologyStep::Skip {
             let t = Instant::now();
-            self.probe_topology(plan.topology, progress);
+            self.probe_topology(plan.topology, &|what, f| {
+                if let Some(p) = progress {
+                    p(what, f)
+                }
+            });
             timing.topology_ms = ms(t);
         }
 

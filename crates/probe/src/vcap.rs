@@ -55,9 +55,12 @@ struct ProberResult {
     heavy_cpu_ns: u64,
 }
 
-/// Samples every CPU in `cpus` at once. `progress` is called from the calling
-/// thread with the elapsed fraction while the probers run.
-pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: &dyn Fn(f64)) -> SampleRound {
+/// Samples every CPU in `cpus` at once. `progress`, if any, is called from
+/// the calling thread with the elapsed fraction while the probers run.
+/// Without it the calling thread just blocks: a thread that wakes up now and
+/// then would itself pre-empt the light-phase probers, and if the hypervisor
+/// switched the vCPU off meanwhile, that time would read as guest work.
+pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) -> SampleRound {
     let mut round = SampleRound::default();
     // Pin-check first so a refused CPU cannot leave the others waiting at a barrier.
     let usable: Vec<u32> = cpus
@@ -87,9 +90,11 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: &dyn Fn(f64)) -> Sampl
         })
         .collect();
     let total = (cfg.light_ns + cfg.heavy_ns).max(1);
-    while !handles.iter().all(|h| h.is_finished()) {
-        progress(((sys::now_ns() - start) as f64 / total as f64).min(1.0));
-        thread::sleep(Duration::from_millis(50));
+    if let Some(progress) = progress {
+        while !handles.iter().all(|h| h.is_finished()) {
+            progress(((sys::now_ns() - start) as f64 / total as f64).min(1.0));
+            thread::sleep(Duration::from_millis(100));
+        }
     }
     for (h, &cpu) in handles.into_iter().zip(&usable) {
         let r = h.join().expect("prober thread panicked");
