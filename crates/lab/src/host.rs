@@ -203,6 +203,17 @@ impl Drop for Bandwidth {
     }
 }
 
+/// Refuses bandwidth control early with a useful message.
+pub fn require_bandwidth() -> Result<Flavor> {
+    match detect() {
+        Some(f) => Ok(f),
+        None => bail!(
+            "the layout caps vCPU bandwidth, but no cgroup cpu controller is available \
+             (neither /sys/fs/cgroup/cpu nor cgroup v2 with \"cpu\" in cgroup.controllers)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,16 +224,5 @@ mod tests {
         assert_eq!(owner_pid("vsched-lab-123-4"), Some(123));
         assert_eq!(owner_pid("vsched-labx-1"), None);
         assert_eq!(owner_pid("other"), None);
-    }
-}
-
-/// Refuses bandwidth control early with a useful message.
-pub fn require_bandwidth() -> Result<Flavor> {
-    match detect() {
-        Some(f) => Ok(f),
-        None => bail!(
-            "the layout caps vCPU bandwidth, but no cgroup cpu controller is available \
-             (neither /sys/fs/cgroup/cpu nor cgroup v2 with \"cpu\" in cgroup.controllers)"
-        ),
     }
 }

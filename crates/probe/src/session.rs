@@ -24,6 +24,9 @@ pub struct ProbeOptions {
     pub ema_half_life_s: f64,
 }
 
+/// A progress callback: what is being measured, and the fraction done.
+pub type ProgressFn<'a> = &'a dyn Fn(&str, f64);
+
 /// What one step does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepPlan {
@@ -93,7 +96,7 @@ impl Session {
     /// Runs one step and reports the state after it.
     /// `progress` (for a terminal) is called while the step runs; pass
     /// `None` otherwise, so that no extra thread disturbs the probers.
-    pub fn step(&mut self, plan: StepPlan, progress: Option<&dyn Fn(&str, f64)>) -> ProbeReport {
+    pub fn step(&mut self, plan: StepPlan, progress: Option<ProgressFn>) -> ProbeReport {
         let step_start = Instant::now();
         let mut warnings = Vec::new();
         let mut timing = Timing::default();
