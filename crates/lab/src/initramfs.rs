@@ -123,7 +123,7 @@ pub fn init_script(commands: &[String]) -> String {
     let mut s = String::from(
         "#!/bin/busybox sh\n\
          /bin/busybox --install -s /bin\n\
-         export PATH=/bin\n\
+         export PATH=/bin TERM=dumb\n\
          mount -t proc proc /proc\n\
          mount -t sysfs sys /sys\n\
          mount -t devtmpfs dev /dev 2>/dev/null\n\
