@@ -92,16 +92,24 @@ pub fn check(
     // placement was in force: for one probe, its sampling windows (heavy,
     // then light; they open the command); with phases, each placement's
     // span (a margin after a change lets the EMA follow).
-    let windows_s = (first.settings.heavy_ms + first.settings.light_ms) / 1e3;
-    let initial_end = layout
-        .phases
-        .first()
-        .map_or(windows_s.min(end), |p| p.at_s - 1.5);
-    // Skip the command's start-up, when only the vCPU starting it is busy.
-    let initial_start = if layout.phases.is_empty() { 0.25 } else { 0.0 };
+    // One probe: the middle of its light window, which follows the heavy
+    // one; the command's start-up (when only the vCPU starting it is busy)
+    // takes up to a few hundred ms under emulation, hence the margins.
+    let heavy_s = first.settings.heavy_ms / 1e3;
+    let light_s = first.settings.light_ms / 1e3;
+    let (initial_start, initial_end) = match layout.phases.first() {
+        Some(p) => (0.0, p.at_s - 1.5),
+        None => (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end)),
+    };
     let mut initial = truth::truth(&layout.state_at(0), ratio);
-    if let Some(shares) = truth::host_shares(&ran.vcpu_cpu_ns, initial_start, initial_end) {
+    if let Some(shares) = truth::host_shares(&ran.host_samples, initial_start, initial_end) {
         initial = initial.with_measured_shares(shares, ratio);
+    }
+    // Episodes: over the whole placement (the probe's episode statistics
+    // cover both of its windows).
+    let episodes_end = layout.phases.first().map_or(end, |p| p.at_s);
+    if let Some(means) = truth::throttle_means_us(&ran.host_samples, 0.0, episodes_end) {
+        initial = initial.with_measured_episodes(means);
     }
     scored.push(Scored {
         when: "initial".into(),
@@ -116,8 +124,11 @@ pub fn check(
         }
         let mut fin = truth::truth(&layout.state_at(layout.phases.len()), ratio);
         let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
-        if let Some(shares) = truth::host_shares(&ran.vcpu_cpu_ns, changed + 2.0, end) {
+        if let Some(shares) = truth::host_shares(&ran.host_samples, changed + 2.0, end) {
             fin = fin.with_measured_shares(shares, ratio);
+        }
+        if let Some(means) = truth::throttle_means_us(&ran.host_samples, changed, end) {
+            fin = fin.with_measured_episodes(means);
         }
         scored.push(Scored {
             when: "final".into(),

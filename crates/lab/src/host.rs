@@ -183,6 +183,13 @@ impl Bandwidth {
         Ok(())
     }
 
+    /// How often and for how long vCPU `vcpu`'s cgroup has been throttled:
+    /// (count, ns). Each throttling is one inactive episode of that vCPU.
+    pub fn throttle_stats(&self, vcpu: u32) -> Option<(u64, u64)> {
+        let text = std::fs::read_to_string(self.vcpus.get(&vcpu)?.join("cpu.stat")).ok()?;
+        parse_throttle_stats(&text)
+    }
+
     /// Removes the cgroups; call after the QEMU process has exited.
     pub fn remove(&mut self) -> Result<()> {
         if self.top.exists() {
@@ -203,6 +210,17 @@ impl Drop for Bandwidth {
     }
 }
 
+/// (nr_throttled, throttled ns) from a cpu.stat file, v1 or v2.
+pub fn parse_throttle_stats(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    let count = field("nr_throttled ")?;
+    let ns = field("throttled_time ").or_else(|| field("throttled_usec ").map(|us| us * 1000))?;
+    Some((count, ns))
+}
+
 /// Refuses bandwidth control early with a useful message.
 pub fn require_bandwidth() -> Result<Flavor> {
     match detect() {
@@ -217,6 +235,15 @@ pub fn require_bandwidth() -> Result<Flavor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttle_stats_of_both_cgroup_versions() {
+        let v1 = "nr_periods 120\nnr_throttled 84\nthrottled_time 588000000\n";
+        assert_eq!(parse_throttle_stats(v1), Some((84, 588_000_000)));
+        let v2 = "usage_usec 5\nnr_periods 120\nnr_throttled 84\nthrottled_usec 588000\n";
+        assert_eq!(parse_throttle_stats(v2), Some((84, 588_000_000)));
+        assert_eq!(parse_throttle_stats("usage_usec 5\n"), None);
+    }
 
     #[test]
     fn owner_pid_reads_both_name_forms() {

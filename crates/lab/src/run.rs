@@ -52,13 +52,23 @@ pub struct RunResult {
     pub commands: Vec<CommandResult>,
     /// Host seconds (since the first command began) at which each phase was applied.
     pub phases_applied_s: Vec<f64>,
-    /// Host CPU time (ns) of each vCPU thread, sampled about every 100 ms:
-    /// (seconds since the first command began, per-vCPU cumulative time).
-    pub vcpu_cpu_ns: Vec<(f64, Vec<u64>)>,
+    /// Host-side accounting of the vCPU threads, sampled about every 100 ms.
+    pub host_samples: Vec<HostSample>,
     /// Seconds (since the first command began) at which each command ended.
     pub command_ends_s: Vec<f64>,
     /// Everything the guest printed on its console.
     pub console: String,
+}
+
+/// What the host's own accounting says about the vCPU threads at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostSample {
+    /// Seconds since the first command began.
+    pub at_s: f64,
+    /// Cumulative CPU time of each vCPU thread.
+    pub cpu_ns: Vec<u64>,
+    /// Per vCPU with a bandwidth cgroup: (times throttled, ns throttled).
+    pub throttled: Vec<Option<(u64, u64)>>,
 }
 
 /// Cumulative run time of a host thread (first field of its schedstat).
@@ -317,10 +327,17 @@ fn boot_and_run(
     let mut boot_ms = None;
     let mut first_command: Option<Instant> = None;
     let mut phases_applied_s = Vec::new();
-    let mut vcpu_cpu_ns: Vec<(f64, Vec<u64>)> = Vec::new();
+    let pid = guest.child.id();
+    let mut host_samples: Vec<HostSample> = Vec::new();
+    let sample = |guest: &Guest, at_s: f64| HostSample {
+        at_s,
+        cpu_ns: threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+        throttled: (0..threads.len() as u32)
+            .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
+            .collect(),
+    };
     let mut command_ends_s = Vec::new();
     let mut last_sample = Instant::now();
-    let pid = guest.child.id();
     let mut results: Vec<CommandResult> = Vec::new();
     let mut current: Option<(usize, Vec<String>)> = None;
     let mut done = false;
@@ -330,10 +347,9 @@ fn boot_and_run(
         }
         // Phases are timed from the first command's start.
         if let Some(t0) = first_command {
-            if vcpu_cpu_ns.is_empty() || last_sample.elapsed() >= Duration::from_millis(100) {
+            if last_sample.elapsed() >= Duration::from_millis(100) {
                 last_sample = Instant::now();
-                let times = threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect();
-                vcpu_cpu_ns.push((t0.elapsed().as_secs_f64(), times));
+                host_samples.push(sample(&guest, t0.elapsed().as_secs_f64()));
             }
             let next = phases_applied_s.len();
             if next < layout.phases.len() && t0.elapsed().as_secs_f64() >= layout.phases[next].at_s
@@ -399,10 +415,8 @@ fn boot_and_run(
                     .unwrap_or(results.len());
                 if first_command.is_none() {
                     first_command = Some(Instant::now());
-                    vcpu_cpu_ns.push((
-                        0.0,
-                        threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
-                    ));
+                    last_sample = Instant::now();
+                    host_samples.push(sample(&guest, 0.0));
                 }
                 current = Some((i, Vec::new()));
             }
@@ -410,10 +424,7 @@ fn boot_and_run(
                 let code = words.nth(1).and_then(|w| w.parse().ok());
                 if let Some(t0) = first_command {
                     let now = t0.elapsed().as_secs_f64();
-                    vcpu_cpu_ns.push((
-                        now,
-                        threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
-                    ));
+                    host_samples.push(sample(&guest, now));
                     command_ends_s.push(now);
                 }
                 if let Some((i, out)) = current.take() {
@@ -435,7 +446,7 @@ fn boot_and_run(
         boot_ms: boot_ms.unwrap_or(0.0),
         commands: results,
         phases_applied_s,
-        vcpu_cpu_ns,
+        host_samples,
         command_ends_s,
         console: console.join("\n"),
     })

@@ -7,6 +7,7 @@
 //! remains equally (CFS fairness).
 
 use crate::layout::VcpuState;
+use crate::run::HostSample;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vsched_model::report::ProbeReport;
@@ -86,27 +87,66 @@ pub fn truth(states: &[VcpuState], straggler_ratio: f64) -> Truth {
 /// `to_s`, from the host's own accounting of the vCPU threads: what the
 /// hypervisor really gave, whatever else the host was doing. `None` without
 /// two samples in the interval.
-pub fn host_shares(samples: &[(f64, Vec<u64>)], from_s: f64, to_s: f64) -> Option<Vec<f64>> {
-    let inside: Vec<&(f64, Vec<u64>)> = samples
-        .iter()
-        .filter(|(t, _)| *t >= from_s && *t <= to_s)
-        .collect();
-    let (first, last) = (inside.first()?, inside.last()?);
-    let dt = last.0 - first.0;
-    if dt <= 0.0 {
-        return None;
-    }
+pub fn host_shares(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<Vec<f64>> {
+    let (first, last) = span(samples, from_s, to_s)?;
+    let dt = last.at_s - first.at_s;
     Some(
         first
-            .1
+            .cpu_ns
             .iter()
-            .zip(&last.1)
+            .zip(&last.cpu_ns)
             .map(|(a, b)| b.saturating_sub(*a) as f64 / 1e9 / dt)
             .collect(),
     )
 }
 
+/// First and last sample within [from_s, to_s], if they are apart.
+fn span(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<(&HostSample, &HostSample)> {
+    let mut inside = samples
+        .iter()
+        .filter(|s| s.at_s >= from_s && s.at_s <= to_s);
+    let first = inside.next()?;
+    let last = inside.last()?;
+    (last.at_s > first.at_s).then_some((first, last))
+}
+
+/// Mean length of the host's throttlings of each capped vCPU between
+/// `from_s` and `to_s` (cgroup cpu.stat): the inactive episodes as the host
+/// really enforced them, which run longer than period - quota when a vCPU
+/// overran its quota and sat out part of the following period too.
+pub fn throttle_means_us(
+    samples: &[HostSample],
+    from_s: f64,
+    to_s: f64,
+) -> Option<Vec<Option<f64>>> {
+    let (first, last) = span(samples, from_s, to_s)?;
+    Some(
+        first
+            .throttled
+            .iter()
+            .zip(&last.throttled)
+            .map(|(a, b)| match (a, b) {
+                (Some((n0, t0)), Some((n1, t1))) if n1 > n0 => {
+                    Some(t1.saturating_sub(*t0) as f64 / (n1 - n0) as f64 / 1e3)
+                }
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
 impl Truth {
+    /// Replaces the ideal episode means (period - quota) of capped vCPUs with
+    /// the throttling the host measured, where it has it.
+    pub fn with_measured_episodes(mut self, means_us: Vec<Option<f64>>) -> Truth {
+        for (truth, measured) in self.episode_mean_us.iter_mut().zip(means_us) {
+            if truth.is_some() && measured.is_some() {
+                *truth = measured;
+            }
+        }
+        self
+    }
+
     /// Replaces the layout's ideal shares with the shares the host measured
     /// (capacity and straggler truth follow; stacking and episodes stay).
     pub fn with_measured_shares(mut self, shares: Vec<f64>, straggler_ratio: f64) -> Truth {
@@ -266,13 +306,30 @@ mod tests {
 
     #[test]
     fn host_shares_from_cumulative_samples() {
+        let s = |at_s: f64, cpu_ns: Vec<u64>, thr: Option<(u64, u64)>| HostSample {
+            at_s,
+            cpu_ns,
+            throttled: vec![None, thr],
+        };
         let samples = vec![
-            (0.0, vec![0, 0]),
-            (1.0, vec![900_000_000, 500_000_000]),
-            (2.0, vec![1_800_000_000, 1_000_000_000]),
+            s(0.0, vec![0, 0], Some((10, 70_000_000))),
+            s(
+                1.0,
+                vec![900_000_000, 500_000_000],
+                Some((110, 770_000_000)),
+            ),
+            s(
+                2.0,
+                vec![1_800_000_000, 1_000_000_000],
+                Some((200, 1_500_000_000)),
+            ),
         ];
         assert_eq!(host_shares(&samples, 0.0, 2.0).unwrap(), vec![0.9, 0.5]);
         assert_eq!(host_shares(&samples, 1.5, 1.9), None);
+        assert_eq!(
+            throttle_means_us(&samples, 0.0, 1.0).unwrap(),
+            vec![None, Some(7000.0)]
+        );
         let t = truth(&[st(Some(0), None), st(Some(1), None)], 0.2)
             .with_measured_shares(vec![0.9, 0.45], 0.2);
         assert_eq!(t.capacity_rel, vec![1.0, 0.5]);

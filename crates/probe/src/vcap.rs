@@ -178,6 +178,30 @@ fn work_unit(state: u64) -> u64 {
     black_box(x)
 }
 
+/// Time between two clock reads that the prober aims for.
+const BATCH_TARGET_NS: u64 = 500;
+
+/// Work units per clock read, so that reads come about every
+/// `BATCH_TARGET_NS`: often enough to see 5 µs gaps, rarely enough to cost
+/// little where reading the clock is slow. (Under QEMU's TCG every TSC read
+/// takes a lock shared by all vCPUs; a vCPU switched off while holding it
+/// stalls the others, so a prober that reads the clock constantly would
+/// make its own siblings look unavailable.)
+fn units_per_batch(cpu: u32) -> u64 {
+    const PROBE: u64 = 256;
+    let mut state = cpu as u64 + 1;
+    let mut best = u64::MAX;
+    for _ in 0..5 {
+        let t = sys::now_ns();
+        for _ in 0..PROBE {
+            state = work_unit(state);
+        }
+        best = best.min(sys::now_ns() - t);
+    }
+    let per_unit = (best / PROBE).max(1);
+    (BATCH_TARGET_NS / per_unit).clamp(1, 1024)
+}
+
 /// Spins for `window_ns`, recording every gap in the calling thread's timeline.
 fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     // Without schedstat, guest pre-emption cannot be told from the
@@ -185,7 +209,9 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let mut sched = SchedStat::open_current_thread().ok();
     let run_delay = |s: &mut Option<SchedStat>| s.as_mut().map_or(0, |s| s.run_delay_ns());
     let steal0 = sys::steal_ns(cpu);
-    let mut gaps = Vec::new();
+    // Allocated before the window so that nothing inside it allocates.
+    let mut gaps = Vec::with_capacity((window_ns / 20_000).clamp(1024, 1 << 20) as usize);
+    let batch = units_per_batch(cpu);
     let mut units = 0u64;
     let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ cpu as u64;
 
@@ -197,10 +223,12 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let mut resumed = t0;
     // Uninterrupted stretches: (start time, units at start); rates per stretch.
     let mut chunk = (t0, 0u64);
-    let mut chunk_rates: Vec<f64> = Vec::new();
+    let mut chunk_rates: Vec<f64> = Vec::with_capacity((window_ns / SPEED_CHUNK_NS + 1) as usize);
     loop {
-        state = work_unit(state);
-        units += 1;
+        for _ in 0..batch {
+            state = work_unit(state);
+        }
+        units += batch;
         let t = sys::now_ns();
         if t - chunk.0 >= SPEED_CHUNK_NS && t - last <= detect_ns {
             chunk_rates.push((units - chunk.1) as f64 / ((t - chunk.0) as f64 / 1_000.0));
