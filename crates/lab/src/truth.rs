@@ -106,7 +106,7 @@ fn span(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<(&HostSample, 
         .iter()
         .filter(|s| s.at_s >= from_s && s.at_s <= to_s);
     let first = inside.next()?;
-    let last = inside.last()?;
+    let last = inside.next_back()?;
     (last.at_s > first.at_s).then_some((first, last))
 }
 
