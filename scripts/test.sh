@@ -10,8 +10,8 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 # The VM lab's end-to-end tests boot real guests.
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_apt+=(busybox-static)
-command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || need_apt+=(cargo rustc)
-lab_kernel="${XDG_CACHE_HOME:-$HOME/.cache}/vsched/lab/vmlinuz"
+command -v cargo >/dev/null 2>&1 || [ -x "${HOME:-/root}/.cargo/bin/cargo" ] || need_apt+=(cargo rustc)
+lab_kernel="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/vsched/lab/vmlinuz"
 if [ ${#need_apt[@]} -gt 0 ] || [ ! -f "$lab_kernel" ]; then
   # Package lists are needed to install, and for the lab to fetch its guest
   # kernel (apt-get download linux-image-cloud-amd64) on first use.
@@ -22,7 +22,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 
 echo "== cargo $(cargo --version)"
 echo "== build"
