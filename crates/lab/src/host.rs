@@ -198,10 +198,6 @@ impl Bandwidth {
         self.vcpus.clear();
         Ok(())
     }
-
-    pub fn path(&self) -> &Path {
-        &self.top
-    }
 }
 
 impl Drop for Bandwidth {
