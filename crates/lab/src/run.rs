@@ -237,7 +237,7 @@ fn boot_and_run(
         .arg(&initrd_path)
         .args([
             "-append",
-            "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable",
+            "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
         ])
         .args([
             "-nodefaults",
