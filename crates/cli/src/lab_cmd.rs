@@ -1,9 +1,9 @@
 //! `vsched lab`: boot guests whose vCPUs the host controls; score the probe.
 
+use crate::signals;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use vsched_lab::check::{self, CheckResult};
 use vsched_lab::{Accel, LabOptions, Layout};
 
@@ -58,27 +58,6 @@ pub struct RunArgs {
     commands: Vec<String>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C and SIGTERM stop the run; the lab then removes what it created.
-fn catch_signals() {
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
-}
-
 fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
     let host_cpus = vsched_probe::sys::online_cpus().context("reading the host's online CPUs")?;
     let layout = Layout::load(&common.layout, &host_cpus)?;
@@ -92,7 +71,7 @@ fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
         vsched: std::env::current_exe()
             .context("locating the vsched binary to put in the guest")?,
     };
-    catch_signals();
+    signals::catch();
     Ok((layout, opts))
 }
 
@@ -105,7 +84,7 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
             } else {
                 args.commands.clone()
             };
-            let r = vsched_lab::run(&layout, &commands, &opts, &STOP)?;
+            let r = vsched_lab::run(&layout, &commands, &opts, &signals::STOP)?;
             if args.common.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -129,7 +108,7 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
         }
         LabCommand::Check(common) => {
             let (layout, opts) = prepare(&common)?;
-            let (result, ran) = check::check(&layout, &opts, &STOP)?;
+            let (result, ran) = check::check(&layout, &opts, &signals::STOP)?;
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&result)?);
             } else {

@@ -4,6 +4,7 @@ mod lab_cmd;
 mod probe_cmd;
 mod progress;
 mod render;
+mod signals;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

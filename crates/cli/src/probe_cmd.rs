@@ -2,11 +2,11 @@
 
 use crate::progress::Progress;
 use crate::render;
+use crate::signals;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use vsched_model::cpulist::{format_cpu_list, parse_cpu_list};
 use vsched_model::report::ProbeReport;
@@ -180,28 +180,6 @@ fn resolve_cpus(requested: Option<&str>, warnings: &mut Vec<String>) -> Result<V
     }
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Under --watch, Ctrl-C/SIGTERM end the loop after the current step so the
-/// last line of output is whole.
-fn catch_interrupts() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
-}
-
 pub fn run(args: ProbeArgs) -> Result<()> {
     let mut warnings = Vec::new();
     let cpus = resolve_cpus(args.cpus.as_deref(), &mut warnings)?;
@@ -328,7 +306,9 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         return emit(&args, &report, false);
     }
 
-    catch_interrupts();
+    // Ctrl-C/SIGTERM end the loop after the current step so the last line
+    // of output is whole.
+    signals::catch();
     let mut last_heavy = Instant::now();
     let mut last_topology = Instant::now();
     let mut plan = first;
@@ -346,7 +326,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         }
         // Sleep out the interval in short naps so Ctrl-C is prompt.
         while step_start.elapsed() < args.interval {
-            if INTERRUPTED.load(Ordering::SeqCst) {
+            if signals::stopped() {
                 return Ok(());
             }
             std::thread::sleep(
@@ -355,7 +335,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
                     .min(Duration::from_millis(50)),
             );
         }
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if signals::stopped() {
             return Ok(());
         }
         let heavy_due = last_heavy.elapsed() >= args.heavy_every;

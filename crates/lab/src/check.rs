@@ -59,6 +59,29 @@ fn initial_report<'a>(layout: &Layout, reports: &'a [ProbeReport]) -> &'a ProbeR
         .unwrap_or(&reports[0])
 }
 
+/// The layout's truth for placement `phase`, with shares (and capacity) from
+/// the host's accounting over `shares_span` and episode means from its
+/// throttling statistics over `episodes_span` where available.
+fn measured_truth(
+    layout: &Layout,
+    phase: usize,
+    ran: &RunResult,
+    shares_span: (f64, f64),
+    episodes_span: (f64, f64),
+    ratio: f64,
+) -> Truth {
+    let mut t = truth::truth(&layout.state_at(phase), ratio);
+    if let Some(shares) = truth::host_shares(&ran.host_samples, shares_span.0, shares_span.1) {
+        t = t.with_measured_shares(shares, ratio);
+    }
+    if let Some(means) =
+        truth::throttle_means_us(&ran.host_samples, episodes_span.0, episodes_span.1)
+    {
+        t = t.with_measured_episodes(means);
+    }
+    t
+}
+
 pub fn check(
     layout: &Layout,
     opts: &LabOptions,
@@ -88,29 +111,21 @@ pub fn check(
     let ratio = first.settings.straggler_ratio;
     let end = ran.command_ends_s.first().copied().unwrap_or(f64::MAX);
     let emulated = ran.accel.starts_with("tcg");
-    // Capacity truth: the shares the host gave the vCPU threads while the
-    // placement was in force: for one probe, its sampling windows (heavy,
-    // then light; they open the command); with phases, each placement's
-    // span (a margin after a change lets the EMA follow).
     // One probe: the middle of its light window, which follows the heavy
     // one; the command's start-up (when only the vCPU starting it is busy)
-    // takes up to a few hundred ms under emulation, hence the margins.
+    // takes up to a few hundred ms under emulation, hence the margins. With
+    // phases: each placement's span, 1.5-2 s clear of the change so the
+    // EMA has followed.
     let heavy_s = first.settings.heavy_ms / 1e3;
     let light_s = first.settings.light_ms / 1e3;
-    let (initial_start, initial_end) = match layout.phases.first() {
-        Some(p) => (0.0, p.at_s - 1.5),
-        None => (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end)),
+    let (shares_span, episodes_span) = match layout.phases.first() {
+        Some(p) => ((0.0, p.at_s - 1.5), (0.0, p.at_s)),
+        None => (
+            (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end)),
+            (0.0, end),
+        ),
     };
-    let mut initial = truth::truth(&layout.state_at(0), ratio);
-    if let Some(shares) = truth::host_shares(&ran.host_samples, initial_start, initial_end) {
-        initial = initial.with_measured_shares(shares, ratio);
-    }
-    // Episodes: over the whole placement (the probe's episode statistics
-    // cover both of its windows).
-    let episodes_end = layout.phases.first().map_or(end, |p| p.at_s);
-    if let Some(means) = truth::throttle_means_us(&ran.host_samples, 0.0, episodes_end) {
-        initial = initial.with_measured_episodes(means);
-    }
+    let initial = measured_truth(layout, 0, &ran, shares_span, episodes_span, ratio);
     scored.push(Scored {
         when: "initial".into(),
         report_sequence: first.sequence,
@@ -122,14 +137,15 @@ pub fn check(
         if reports.len() < 2 {
             bail!("the layout has phases but the check command printed one report: use `vsched probe --watch`");
         }
-        let mut fin = truth::truth(&layout.state_at(layout.phases.len()), ratio);
         let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
-        if let Some(shares) = truth::host_shares(&ran.host_samples, changed + 2.0, end) {
-            fin = fin.with_measured_shares(shares, ratio);
-        }
-        if let Some(means) = truth::throttle_means_us(&ran.host_samples, changed, end) {
-            fin = fin.with_measured_episodes(means);
-        }
+        let fin = measured_truth(
+            layout,
+            layout.phases.len(),
+            &ran,
+            (changed + 2.0, end),
+            (changed, end),
+            ratio,
+        );
         scored.push(Scored {
             when: "final".into(),
             report_sequence: last.sequence,
