@@ -1,0 +1,268 @@
+//! Deciding, sample by sample, whether a thread is busy-waiting.
+//!
+//! Pure logic: it sees only the sample stream of one thread. Two kinds of
+//! evidence, both cheap and both absent from code that makes progress:
+//!
+//! * **Repeated state.** A wait loop re-reads a flag without changing any
+//!   register, so the same (IP, registers) state recurs sample after sample.
+//!   Computation always moves an index, a pointer or an accumulator, so its
+//!   states never repeat. `repeats` of the last `window` samples must equal an
+//!   earlier one in the window.
+//! * **PAUSE.** Spin loops that count iterations (libgomp, adaptive mutexes,
+//!   back-off) change a register each time round but execute the x86 spin-wait
+//!   hint, which takes most of each iteration's cycles, so samples land just
+//!   after it. Computation never executes PAUSE.
+//!
+//! Once a state or a PAUSE site has been seen spinning, one matching sample is
+//! enough the next time (the thread is back in a wait it was caught in). An
+//! episode ends when a sample shows new state away from the loop's code.
+
+use crate::sample::Sample;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DetectorParams {
+    /// Samples in the decision window.
+    pub window: usize,
+    /// Samples in the window that must repeat an earlier state.
+    pub repeats: usize,
+    /// Samples in the window that must sit on a PAUSE.
+    pub pauses: usize,
+    /// Known spinning states and PAUSE sites remembered per thread.
+    pub memory: usize,
+    /// A sample this close (bytes) to the episode's loop is still in the loop.
+    pub loop_span: u64,
+}
+
+impl Default for DetectorParams {
+    fn default() -> Self {
+        DetectorParams {
+            window: 4,
+            repeats: 2,
+            pauses: 2,
+            memory: 64,
+            loop_span: 64,
+        }
+    }
+}
+
+impl DetectorParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.window < 2 || self.window > 64 {
+            return Err(format!("window must be 2..=64 samples, got {}", self.window));
+        }
+        if self.repeats == 0 || self.repeats >= self.window {
+            return Err(format!(
+                "repeats must be 1..{} (less than the window), got {}",
+                self.window, self.repeats
+            ));
+        }
+        if self.pauses == 0 || self.pauses > self.window {
+            return Err(format!("pauses must be 1..={}, got {}", self.window, self.pauses));
+        }
+        Ok(())
+    }
+}
+
+/// What a new sample changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    None,
+    /// The thread started spinning (an episode begins).
+    Started,
+    /// The thread left its wait loop.
+    Ended,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    signature: u64,
+    ip: u64,
+    after_pause: bool,
+}
+
+/// One thread's detector state.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadDetector {
+    window: VecDeque<Seen>,
+    known_states: VecDeque<u64>,
+    known_pause_ips: VecDeque<u64>,
+    episode_ips: Vec<u64>,
+    spinning: bool,
+    /// Whether the latest full window, on its own, said "spinning" (for
+    /// per-window accuracy accounting).
+    last_window_spinning: bool,
+}
+
+impl ThreadDetector {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn spinning(&self) -> bool {
+        self.spinning
+    }
+
+    /// The verdict of the most recent decision (after the latest sample).
+    pub fn last_decision_spinning(&self) -> bool {
+        self.last_window_spinning
+    }
+
+    /// Whether enough samples have been seen for a full-window decision.
+    pub fn window_full(&self, p: &DetectorParams) -> bool {
+        self.window.len() >= p.window
+    }
+
+    pub fn observe(&mut self, s: &Sample, p: &DetectorParams) -> Transition {
+        let seen = Seen {
+            signature: s.signature(),
+            ip: s.ip,
+            after_pause: s.after_pause,
+        };
+        let known = self.known_states.contains(&seen.signature)
+            || (seen.after_pause && self.known_pause_ips.contains(&seen.ip));
+        if self.window.len() == p.window {
+            self.window.pop_front();
+        }
+        self.window.push_back(seen);
+
+        // The window holds at most 64 samples (validated): no allocation per sample.
+        let mut repeated = [false; 64];
+        for i in 0..self.window.len() {
+            let sig = self.window[i].signature;
+            repeated[i] = self.window.iter().take(i).any(|e| e.signature == sig);
+        }
+        let repeats = repeated.iter().filter(|&&r| r).count();
+        let pauses = self.window.iter().filter(|e| e.after_pause).count();
+        // The newest sample must itself be part of the evidence: old spin
+        // samples in the window say nothing about a thread that has moved on.
+        let newest = self.window.len() - 1;
+        let evidence = (self.window.len() == p.window && repeats >= p.repeats && repeated[newest])
+            || (pauses >= p.pauses && seen.after_pause);
+        let spin_now = known || evidence;
+        self.last_window_spinning = spin_now;
+
+        if spin_now {
+            // Learn this loop: its repeating states and PAUSE sites.
+            for (i, e) in self.window.iter().enumerate() {
+                if repeated[i] {
+                    remember(&mut self.known_states, e.signature, p.memory);
+                }
+                if e.after_pause {
+                    remember(&mut self.known_pause_ips, e.ip, p.memory);
+                }
+                if (repeated[i] || e.after_pause) && !self.episode_ips.contains(&e.ip) && self.episode_ips.len() < 16 {
+                    self.episode_ips.push(e.ip);
+                }
+            }
+            if known && !self.episode_ips.contains(&seen.ip) && self.episode_ips.len() < 16 {
+                self.episode_ips.push(seen.ip);
+            }
+            if !self.spinning {
+                self.spinning = true;
+                return Transition::Started;
+            }
+            return Transition::None;
+        }
+        if self.spinning {
+            let in_loop = self
+                .episode_ips
+                .iter()
+                .any(|&ip| ip.abs_diff(seen.ip) <= p.loop_span);
+            if !in_loop {
+                self.spinning = false;
+                self.episode_ips.clear();
+                // Old spin samples must not re-trigger on the next sample.
+                self.window.clear();
+                self.window.push_back(seen);
+                return Transition::Ended;
+            }
+        }
+        Transition::None
+    }
+}
+
+fn remember(list: &mut VecDeque<u64>, value: u64, cap: usize) {
+    if list.contains(&value) {
+        return;
+    }
+    if list.len() >= cap {
+        list.pop_front();
+    }
+    list.push_back(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::NREGS;
+
+    fn sample(ip: u64, reg0: u64, pause: bool) -> Sample {
+        let mut regs = [7u64; NREGS];
+        regs[0] = reg0;
+        Sample {
+            time_ns: 0,
+            tid: 1,
+            ip,
+            regs,
+            after_pause: pause,
+        }
+    }
+
+    #[test]
+    fn constant_flag_loop_is_detected_after_repeats() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        let mut transitions = vec![];
+        for _ in 0..4 {
+            transitions.push(d.observe(&sample(0x1000, 1, false), &p));
+        }
+        assert_eq!(transitions, [Transition::None, Transition::None, Transition::None, Transition::Started]);
+        assert!(d.spinning());
+    }
+
+    #[test]
+    fn progressing_loop_never_spins() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        for i in 0..1000 {
+            assert_eq!(d.observe(&sample(0x2000 + (i % 3) * 4, i, false), &p), Transition::None);
+        }
+        assert!(!d.spinning());
+    }
+
+    #[test]
+    fn counting_pause_loop_is_detected_by_pause_sites() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        assert_eq!(d.observe(&sample(0x3000, 1, true), &p), Transition::None);
+        assert_eq!(d.observe(&sample(0x3000, 2, true), &p), Transition::Started);
+        // A sample on the loop's compare (not after PAUSE, new counter) stays in the episode.
+        assert_eq!(d.observe(&sample(0x3008, 3, false), &p), Transition::None);
+        assert!(d.spinning());
+    }
+
+    #[test]
+    fn episode_ends_when_code_moves_away_and_known_state_retriggers_at_once() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        for _ in 0..4 {
+            d.observe(&sample(0x1000, 1, false), &p);
+        }
+        assert!(d.spinning());
+        assert_eq!(d.observe(&sample(0x9000, 50, false), &p), Transition::Ended);
+        assert_eq!(d.observe(&sample(0x9010, 51, false), &p), Transition::None);
+        // Back in the same wait: one sample is enough.
+        assert_eq!(d.observe(&sample(0x1000, 1, false), &p), Transition::Started);
+    }
+
+    #[test]
+    fn params_are_validated() {
+        assert!(DetectorParams::default().validate().is_ok());
+        let bad = DetectorParams { repeats: 4, ..Default::default() };
+        assert!(bad.validate().is_err());
+        let bad = DetectorParams { window: 1, ..Default::default() };
+        assert!(bad.validate().is_err());
+    }
+}

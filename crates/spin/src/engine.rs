@@ -1,0 +1,408 @@
+//! The detector at work on one process: samplers for all of its threads
+//! (including ones created later), a detector per thread, and, when asked,
+//! descheduling of spinners with a guaranteed restoration.
+
+use crate::code::PauseSites;
+use crate::detector::{DetectorParams, ThreadDetector, Transition};
+use crate::perf::{OpenError, ThreadSampler};
+use crate::sample::Sample;
+use crate::sched::{self, SchedAttr};
+use crate::threads;
+use crate::watchdog::Watchdog;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What to do with a thread found spinning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Count only.
+    Observe,
+    /// Demote it to SCHED_IDLE until it leaves its loop or its lease runs out.
+    Deschedule,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    /// Sampling period, ns of the thread's CPU time.
+    pub period_ns: u64,
+    pub params: DetectorParams,
+    pub action: Action,
+    /// Time slice requested for a demoted thread (kernels >= 6.12 honour it).
+    pub slice_ns: u64,
+    /// Longest a thread stays demoted without a sample proving it still spins.
+    pub max_demotion_ns: u64,
+    /// Keep every sample (for recording test data and offline scoring).
+    #[serde(skip)]
+    pub record_samples: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            period_ns: 100_000,
+            params: DetectorParams::default(),
+            action: Action::Deschedule,
+            slice_ns: 100_000,
+            max_demotion_ns: 10_000_000,
+            record_samples: false,
+        }
+    }
+}
+
+/// Counters over the engine's life.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub threads_seen: u64,
+    pub samples: u64,
+    pub lost_samples: u64,
+    /// Samples taken while the thread was judged spinning.
+    pub spin_samples: u64,
+    pub spin_episodes: u64,
+    pub demotions: u64,
+    /// Restored because a sample showed the thread out of its loop.
+    pub restored_on_progress: u64,
+    /// Restored because the demotion lease ran out.
+    pub restored_on_lease: u64,
+    /// Demotion or restoration refused by the kernel (thread gone, permissions).
+    pub sched_failures: u64,
+    /// Episodes that ended at the very next sample: an upper bound on false
+    /// detections (a real wait that ends right away looks the same).
+    pub false_positive_bound: u64,
+    /// Whether PAUSE sites could be read from the program's memory.
+    pub code_readable: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub time_ns: u64,
+    pub tid: i32,
+    pub started: bool,
+}
+
+struct Demotion {
+    since_ns: u64,
+    original: SchedAttr,
+}
+
+struct Tracked {
+    sampler: ThreadSampler,
+    detector: ThreadDetector,
+    demotion: Option<Demotion>,
+    /// Samples in the current episode.
+    episode_samples: u64,
+}
+
+pub struct Engine {
+    pid: i32,
+    cfg: Config,
+    threads: BTreeMap<i32, Tracked>,
+    pause: PauseSites,
+    watchdog: Option<Watchdog>,
+    stats: Stats,
+    events: Vec<Event>,
+    recorded: Vec<Sample>,
+    scratch: Vec<Sample>,
+}
+
+impl Engine {
+    /// Starts sampling every thread of `pid`. A `watchdog` is required to
+    /// deschedule (so that demotions survive nothing, not even SIGKILL).
+    pub fn attach(pid: i32, cfg: Config, watchdog: Option<Watchdog>) -> Result<Engine, OpenError> {
+        cfg.params.validate().map_err(|e| {
+            OpenError::Other(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+        })?;
+        assert!(
+            cfg.action == Action::Observe || watchdog.is_some(),
+            "descheduling needs a watchdog"
+        );
+        raise_fd_limit();
+        let pause = PauseSites::open(pid);
+        let mut engine = Engine {
+            pid,
+            cfg,
+            threads: BTreeMap::new(),
+            stats: Stats {
+                code_readable: pause.readable(),
+                ..Default::default()
+            },
+            pause,
+            watchdog,
+            events: Vec::new(),
+            recorded: Vec::new(),
+            scratch: Vec::with_capacity(1024),
+        };
+        if !threads::alive(pid) {
+            return Err(OpenError::Gone);
+        }
+        engine.scan()?;
+        if engine.threads.is_empty() {
+            return Err(OpenError::Gone);
+        }
+        Ok(engine)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Threads demoted right now.
+    pub fn demoted_now(&self) -> usize {
+        self.threads.values().filter(|t| t.demotion.is_some()).count()
+    }
+
+    /// Follows the process's thread list: samples new threads, forgets ended ones.
+    /// Fails only when perf refuses (permissions); a thread that ends while
+    /// being attached is skipped.
+    pub fn scan(&mut self) -> Result<(), OpenError> {
+        let Ok(tids) = threads::list(self.pid) else {
+            self.forget_all();
+            return Ok(());
+        };
+        let gone: Vec<i32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|t| tids.binary_search(t).is_err())
+            .collect();
+        for tid in gone {
+            self.forget(tid);
+        }
+        for tid in tids {
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            match ThreadSampler::open(tid, self.cfg.period_ns) {
+                Ok(sampler) => {
+                    self.stats.threads_seen += 1;
+                    self.threads.insert(
+                        tid,
+                        Tracked {
+                            sampler,
+                            detector: ThreadDetector::new(),
+                            demotion: None,
+                            episode_samples: 0,
+                        },
+                    );
+                }
+                Err(OpenError::Gone) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads all new samples, updates the detectors and acts on what changed.
+    pub fn poll(&mut self, now_ns: u64) {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            let mut batch = std::mem::take(&mut self.scratch);
+            batch.clear();
+            let lost_before;
+            {
+                let t = self.threads.get_mut(&tid).expect("listed");
+                lost_before = t.sampler.lost;
+                t.sampler.drain(|s| batch.push(s));
+                self.stats.lost_samples += t.sampler.lost - lost_before;
+            }
+            for mut s in batch.drain(..) {
+                s.tid = tid;
+                s.after_pause = self.pause.at_pause(s.ip);
+                self.process(tid, &s);
+                if self.cfg.record_samples {
+                    self.recorded.push(s);
+                }
+            }
+            self.scratch = batch;
+        }
+        self.expire_leases(now_ns);
+    }
+
+    fn process(&mut self, tid: i32, s: &Sample) {
+        self.stats.samples += 1;
+        let params = self.cfg.params;
+        let t = self.threads.get_mut(&tid).expect("listed");
+        let transition = t.detector.observe(s, &params);
+        if t.detector.spinning() {
+            self.stats.spin_samples += 1;
+            t.episode_samples += 1;
+        }
+        match transition {
+            Transition::None => {}
+            Transition::Started => {
+                self.stats.spin_episodes += 1;
+                self.events.push(Event {
+                    time_ns: s.time_ns,
+                    tid,
+                    started: true,
+                });
+                if self.cfg.action == Action::Deschedule && t.demotion.is_none() {
+                    self.demote(tid, s.time_ns);
+                }
+            }
+            Transition::Ended => {
+                if t.episode_samples <= 1 {
+                    self.stats.false_positive_bound += 1;
+                }
+                t.episode_samples = 0;
+                self.events.push(Event {
+                    time_ns: s.time_ns,
+                    tid,
+                    started: false,
+                });
+                if self.threads[&tid].demotion.is_some() {
+                    self.stats.restored_on_progress += 1;
+                    self.restore(tid);
+                }
+            }
+        }
+        // A demoted thread seen still spinning keeps its lease fresh.
+        if let Some(t) = self.threads.get_mut(&tid) {
+            if t.detector.spinning() {
+                if let Some(d) = &mut t.demotion {
+                    d.since_ns = d.since_ns.max(s.time_ns);
+                }
+            }
+        }
+    }
+
+    fn demote(&mut self, tid: i32, now_ns: u64) {
+        let Ok(original) = sched::get(tid) else {
+            self.stats.sched_failures += 1;
+            return;
+        };
+        if original.policy == sched::SCHED_IDLE {
+            return; // already as low as it goes
+        }
+        let Some(watchdog) = &mut self.watchdog else { return };
+        // Journal first: if vsched dies right after the change, the watchdog knows.
+        if watchdog.demoting(self.pid, tid, &original).is_err() {
+            self.stats.sched_failures += 1;
+            return;
+        }
+        match sched::set_or_plain(tid, &sched::demoted(self.cfg.slice_ns)) {
+            Ok(()) => {
+                self.stats.demotions += 1;
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.demotion = Some(Demotion {
+                        since_ns: now_ns,
+                        original,
+                    });
+                }
+            }
+            Err(_) => {
+                self.stats.sched_failures += 1;
+                let _ = watchdog.restored(tid);
+            }
+        }
+    }
+
+    fn restore(&mut self, tid: i32) {
+        let Some(t) = self.threads.get_mut(&tid) else { return };
+        let Some(d) = t.demotion.take() else { return };
+        if sched::set(tid, &d.original).is_err() && threads_alive(self.pid, tid) {
+            self.stats.sched_failures += 1;
+        }
+        if let Some(w) = &mut self.watchdog {
+            let _ = w.restored(tid);
+        }
+    }
+
+    fn expire_leases(&mut self, now_ns: u64) {
+        let expired: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| {
+                t.demotion
+                    .as_ref()
+                    .is_some_and(|d| now_ns.saturating_sub(d.since_ns) >= self.cfg.max_demotion_ns)
+            })
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in expired {
+            self.stats.restored_on_lease += 1;
+            self.restore(tid);
+        }
+    }
+
+    fn forget(&mut self, tid: i32) {
+        if self.threads.get(&tid).is_some_and(|t| t.demotion.is_some()) {
+            self.restore(tid);
+        }
+        self.threads.remove(&tid);
+    }
+
+    fn forget_all(&mut self) {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.forget(tid);
+        }
+    }
+
+    /// Restores every demoted thread, stops sampling and closes the watchdog.
+    pub fn finish(mut self) -> Report {
+        self.shutdown();
+        Report {
+            stats: self.stats.clone(),
+            events: std::mem::take(&mut self.events),
+            samples: std::mem::take(&mut self.recorded),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let demoted: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.demotion.is_some())
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in demoted {
+            self.restore(tid);
+        }
+        self.threads.clear();
+        if let Some(w) = self.watchdog.take() {
+            w.close();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What an engine leaves behind.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub stats: Stats,
+    pub events: Vec<Event>,
+    pub samples: Vec<Sample>,
+}
+
+fn threads_alive(pid: i32, tid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// One descriptor per thread: lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: get/setrlimit on a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

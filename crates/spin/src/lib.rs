@@ -1,0 +1,21 @@
+//! Busy-waiting detection without hardware counters.
+//!
+//! Software cpu-clock samples (instruction pointer and registers of a running
+//! thread, see [`perf`]) are classified by [`detector`]; [`engine`] follows a
+//! whole process and, optionally, deschedules threads caught spinning so the
+//! threads they wait for can run. [`watchdog`] guarantees that a demoted
+//! thread gets its scheduling policy back even if vsched is killed.
+
+pub mod code;
+pub mod detector;
+pub mod engine;
+pub mod perf;
+pub mod sample;
+pub mod sched;
+pub mod threads;
+pub mod watchdog;
+
+pub use detector::{DetectorParams, ThreadDetector, Transition};
+pub use engine::{Action, Config, Engine, Report, Stats};
+pub use sample::Sample;
+pub mod zoo;

@@ -1,0 +1,226 @@
+//! Software cpu-clock sampling of one thread through perf_event_open.
+//!
+//! VMs expose no hardware counters and no LBR, but the `cpu-clock` software
+//! event works everywhere: an hrtimer that, while the thread runs in user
+//! mode, records its instruction pointer and general-purpose registers every
+//! `period_ns` of the thread's CPU time. Those samples are all the detector
+//! needs.
+
+use crate::sample::{Sample, NREGS};
+use perf_event_open_sys as sys;
+use std::io;
+use std::sync::atomic::{fence, Ordering};
+
+/// x86-64 user registers recorded with each sample (perf_event_x86_regs bits):
+/// AX BX CX DX SI DI BP SP IP FLAGS (0..=9) and R8..R15 (16..=23).
+/// CS/SS never change and DS..GS are rejected on x86-64.
+pub const REGS_MASK: u64 = 0x3ff | (0xff << 16);
+
+const _: () = assert!(REGS_MASK.count_ones() as usize == NREGS);
+
+/// Data pages of each ring buffer (a power of two). 16 pages hold about 300
+/// samples: 30 ms of a busy thread at the default 100 µs period, far more
+/// than the detector's drain interval.
+const DATA_PAGES: usize = 16;
+
+/// Why a thread could not be sampled.
+#[derive(Debug)]
+pub enum OpenError {
+    /// perf_event_open refused (perf_event_paranoid, capabilities, ptrace access).
+    NotPermitted(io::Error),
+    /// The thread no longer exists.
+    Gone,
+    /// Out of file descriptors or memory, or another failure.
+    Other(io::Error),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::NotPermitted(e) => write!(
+                f,
+                "perf_event_open is not permitted ({e}): sampling another process needs \
+                 kernel.perf_event_paranoid <= 2 (sysctl -w kernel.perf_event_paranoid=2) and \
+                 permission to ptrace it (same user, or CAP_PERFMON / CAP_SYS_ADMIN, i.e. root)"
+            ),
+            OpenError::Gone => write!(f, "the thread no longer exists"),
+            OpenError::Other(e) => write!(f, "perf_event_open failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// One thread's cpu-clock sampler and its ring buffer.
+pub struct ThreadSampler {
+    tid: i32,
+    fd: libc::c_int,
+    base: *mut u8,
+    map_len: usize,
+    page: usize,
+    /// Samples the kernel dropped because the buffer was full.
+    pub lost: u64,
+}
+
+// The mapping belongs to this sampler alone; moving it between threads is fine.
+unsafe impl Send for ThreadSampler {}
+
+impl ThreadSampler {
+    /// Starts sampling `tid` every `period_ns` of its user-mode CPU time.
+    pub fn open(tid: i32, period_ns: u64) -> Result<ThreadSampler, OpenError> {
+        let mut attr = sys::bindings::perf_event_attr {
+            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+            type_: sys::bindings::PERF_TYPE_SOFTWARE,
+            config: sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
+            sample_type: (sys::bindings::PERF_SAMPLE_IP
+                | sys::bindings::PERF_SAMPLE_TID
+                | sys::bindings::PERF_SAMPLE_TIME
+                | sys::bindings::PERF_SAMPLE_REGS_USER) as u64,
+            sample_regs_user: REGS_MASK,
+            clockid: libc::CLOCK_MONOTONIC,
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = period_ns.max(10_000);
+        attr.set_exclude_kernel(1);
+        attr.set_exclude_hv(1);
+        attr.set_use_clockid(1);
+        // SAFETY: attr is fully initialised; pid = tid, any CPU, no group.
+        let fd = unsafe {
+            sys::perf_event_open(&mut attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ESRCH) | Some(libc::ENOENT) => OpenError::Gone,
+                Some(libc::EACCES) | Some(libc::EPERM) => OpenError::NotPermitted(e),
+                _ => OpenError::Other(e),
+            });
+        }
+        // SAFETY: plain sysconf query.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let map_len = page * (1 + DATA_PAGES);
+        // SAFETY: mapping the event's ring buffer, as perf_event_open(2) describes.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing the fd we own.
+            unsafe { libc::close(fd) };
+            return Err(OpenError::Other(e));
+        }
+        Ok(ThreadSampler {
+            tid,
+            fd,
+            base: base as *mut u8,
+            map_len,
+            page,
+            lost: 0,
+        })
+    }
+
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    /// Hands every sample recorded since the last call to `f`, oldest first.
+    pub fn drain(&mut self, mut f: impl FnMut(Sample)) {
+        let meta = self.base as *mut sys::bindings::perf_event_mmap_page;
+        let data = unsafe { self.base.add(self.page) };
+        let size = (DATA_PAGES * self.page) as u64;
+        // SAFETY: the first page is the kernel's metadata page; data_head is
+        // read before the records (acquire), data_tail written after (release).
+        let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
+        fence(Ordering::Acquire);
+        let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        let mut record = [0u8; 512];
+        while tail < head {
+            let header = read_bytes::<8>(data, size, tail);
+            let kind = u32::from_ne_bytes(header[0..4].try_into().unwrap());
+            let len = u16::from_ne_bytes(header[6..8].try_into().unwrap()) as usize;
+            if len == 0 {
+                break;
+            }
+            if len <= record.len() {
+                copy_ring(data, size, tail, &mut record[..len]);
+                match kind {
+                    sys::bindings::PERF_RECORD_SAMPLE => {
+                        if let Some(s) = parse_sample(&record[8..len]) {
+                            f(s);
+                        }
+                    }
+                    sys::bindings::PERF_RECORD_LOST => {
+                        // id, lost
+                        self.lost += u64::from_ne_bytes(record[16..24].try_into().unwrap());
+                    }
+                    _ => {}
+                }
+            }
+            tail += len as u64;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, tail) };
+    }
+}
+
+impl Drop for ThreadSampler {
+    fn drop(&mut self) {
+        // SAFETY: unmapping and closing what `open` created.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.map_len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn read_bytes<const N: usize>(data: *const u8, size: u64, at: u64) -> [u8; N] {
+    let mut out = [0u8; N];
+    copy_ring(data, size, at, &mut out);
+    out
+}
+
+/// Copies `out.len()` bytes starting at ring offset `at`, wrapping around.
+fn copy_ring(data: *const u8, size: u64, at: u64, out: &mut [u8]) {
+    let start = (at % size) as usize;
+    let first = out.len().min(size as usize - start);
+    // SAFETY: both ranges lie inside the data area of `size` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.add(start), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+    }
+}
+
+/// Parses the body of a PERF_RECORD_SAMPLE laid out as IP, TID, TIME, REGS_USER.
+pub fn parse_sample(body: &[u8]) -> Option<Sample> {
+    let word = |i: usize| -> Option<u64> {
+        body.get(i * 8..i * 8 + 8)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+    };
+    let ip = word(0)?;
+    let pid_tid = word(1)?;
+    let time_ns = word(2)?;
+    let abi = word(3)?;
+    let mut regs = [0u64; NREGS];
+    if abi == 0 {
+        // No user registers (the sample hit a kernel thread): useless here.
+        return None;
+    }
+    for (i, r) in regs.iter_mut().enumerate() {
+        *r = word(4 + i)?;
+    }
+    Some(Sample {
+        time_ns,
+        tid: (pid_tid >> 32) as i32,
+        ip,
+        regs,
+        after_pause: false,
+    })
+}
