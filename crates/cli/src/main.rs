@@ -5,6 +5,8 @@ mod probe_cmd;
 mod progress;
 mod render;
 mod signals;
+mod spin_cmd;
+mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +32,16 @@ enum Command {
     /// QEMU guests whose vCPUs the host controls: ground truth for the probers
     #[command(subcommand)]
     Lab(lab_cmd::LabCommand),
+    /// Find threads of a running process that busy-wait, and deschedule them
+    SpinDetect(spin_cmd::SpinDetectArgs),
+    /// Run a program under vsched (--spin-detect: deschedule its spinning threads)
+    Run(spin_cmd::RunArgs),
+    /// Restores demoted threads if vsched dies (started by vsched itself)
+    #[command(hide = true)]
+    SpinWatchdog,
+    /// Test programs for the spin detector (benchmarks and tests)
+    #[command(hide = true)]
+    SpinZoo(zoo_cmd::ZooArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +49,18 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Probe(args) => probe_cmd::run(args).map(|()| true),
         Command::Lab(cmd) => lab_cmd::run(cmd),
+        Command::SpinDetect(args) => spin_cmd::spin_detect(args),
+        Command::SpinWatchdog => spin_cmd::watchdog(),
+        Command::SpinZoo(args) => zoo_cmd::run(args),
+        Command::Run(args) => {
+            return match spin_cmd::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("vsched: error: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

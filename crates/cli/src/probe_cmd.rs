@@ -108,7 +108,7 @@ pub struct ProbeArgs {
     trace_out: Option<PathBuf>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     if s.trim_start().starts_with('-') {
         return Err(format!("{s:?}: durations cannot be negative"));
     }

@@ -1,19 +1,21 @@
 //! Ctrl-C and SIGTERM as a flag: long-running commands (`probe --watch`,
-//! `lab`) check it and end cleanly, undoing what they set up.
+//! `lab`, `spin-detect`) check it and end cleanly, undoing what they set up.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// Set once SIGINT or SIGTERM arrived (after `catch`).
 pub static STOP: AtomicBool = AtomicBool::new(false);
+static LAST: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int) {
+    LAST.store(sig, Ordering::SeqCst);
     STOP.store(true, Ordering::SeqCst);
 }
 
 /// Routes SIGINT and SIGTERM to `STOP` instead of ending the process.
 pub fn catch() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    // SAFETY: the handler only stores to atomics, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, handler);
         libc::signal(libc::SIGTERM, handler);
@@ -22,4 +24,9 @@ pub fn catch() {
 
 pub fn stopped() -> bool {
     STOP.load(Ordering::SeqCst)
+}
+
+/// The signal that set `STOP` (0 if none).
+pub fn last() -> i32 {
+    LAST.load(Ordering::SeqCst)
 }

@@ -14,10 +14,14 @@
 //!   after it. Computation never executes PAUSE.
 //!
 //! Once a state or a PAUSE site has been seen spinning, one matching sample is
-//! enough the next time (the thread is back in a wait it was caught in). An
-//! episode ends when a sample shows new state away from the loop's code.
+//! enough the next time (the thread is back in a wait it was caught in). The
+//! same wait loop re-entered later usually holds a different loaded value
+//! (the ticket, the turn number) in one or two registers: for each loop
+//! address the detector learns which registers stay the same from one episode
+//! to the next and matches on those. An episode ends when a sample shows new
+//! state away from the loop's code.
 
-use crate::sample::Sample;
+use crate::sample::{Sample, NREGS};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -79,7 +83,38 @@ pub enum Transition {
 struct Seen {
     signature: u64,
     ip: u64,
+    regs: [u64; NREGS],
     after_pause: bool,
+}
+
+/// A wait loop seen in earlier episodes: its address and the registers that
+/// held the same values every time.
+#[derive(Debug, Clone, Copy)]
+struct KnownLoop {
+    ip: u64,
+    stable: u32,
+    regs: [u64; NREGS],
+}
+
+impl KnownLoop {
+    /// At least this many registers must stay put for the loop to be matched
+    /// on them (the stack pointer, the lock's address, the thread's own id...).
+    const MIN_STABLE: u32 = NREGS as u32 / 2;
+
+    fn matches(&self, ip: u64, regs: &[u64; NREGS]) -> bool {
+        self.ip == ip
+            && self.stable.count_ones() >= Self::MIN_STABLE
+            && (0..NREGS).all(|i| self.stable & (1 << i) == 0 || self.regs[i] == regs[i])
+    }
+
+    /// A new episode in this loop: registers that differ are data, not identity.
+    fn learn(&mut self, regs: &[u64; NREGS]) {
+        for (i, r) in regs.iter().enumerate() {
+            if self.regs[i] != *r {
+                self.stable &= !(1 << i);
+            }
+        }
+    }
 }
 
 /// One thread's detector state.
@@ -88,6 +123,7 @@ pub struct ThreadDetector {
     window: VecDeque<Seen>,
     known_states: VecDeque<u64>,
     known_pause_ips: VecDeque<u64>,
+    known_loops: VecDeque<KnownLoop>,
     episode_ips: Vec<u64>,
     spinning: bool,
     /// Whether the latest full window, on its own, said "spinning" (for
@@ -118,10 +154,12 @@ impl ThreadDetector {
         let seen = Seen {
             signature: s.signature(),
             ip: s.ip,
+            regs: s.regs,
             after_pause: s.after_pause,
         };
         let known = self.known_states.contains(&seen.signature)
-            || (seen.after_pause && self.known_pause_ips.contains(&seen.ip));
+            || (seen.after_pause && self.known_pause_ips.contains(&seen.ip))
+            || self.known_loops.iter().any(|l| l.matches(seen.ip, &seen.regs));
         if self.window.len() == p.window {
             self.window.pop_front();
         }
@@ -161,6 +199,9 @@ impl ThreadDetector {
             }
             if !self.spinning {
                 self.spinning = true;
+                if repeated[newest] {
+                    self.learn_loop(&seen, p.memory);
+                }
                 return Transition::Started;
             }
             return Transition::None;
@@ -180,6 +221,23 @@ impl ThreadDetector {
             }
         }
         Transition::None
+    }
+}
+
+impl ThreadDetector {
+    fn learn_loop(&mut self, seen: &Seen, cap: usize) {
+        if let Some(l) = self.known_loops.iter_mut().find(|l| l.ip == seen.ip) {
+            l.learn(&seen.regs);
+            return;
+        }
+        if self.known_loops.len() >= cap {
+            self.known_loops.pop_front();
+        }
+        self.known_loops.push_back(KnownLoop {
+            ip: seen.ip,
+            stable: (1u32 << NREGS) - 1,
+            regs: seen.regs,
+        });
     }
 }
 
@@ -255,6 +313,25 @@ mod tests {
         assert_eq!(d.observe(&sample(0x9010, 51, false), &p), Transition::None);
         // Back in the same wait: one sample is enough.
         assert_eq!(d.observe(&sample(0x1000, 1, false), &p), Transition::Started);
+    }
+
+    #[test]
+    fn a_loop_reentered_with_a_new_loaded_value_is_recognised_at_once() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        let mut episode = |d: &mut ThreadDetector, turn: u64| {
+            let mut t = vec![];
+            for _ in 0..4 {
+                t.push(d.observe(&sample(0x1000, turn, false), &p));
+            }
+            d.observe(&sample(0x9000 + turn * 64, 1000 + turn, false), &p);
+            t
+        };
+        // First two episodes: found by repeats; the second teaches that reg 0 is data.
+        assert!(episode(&mut d, 1)[1..].contains(&Transition::Started));
+        assert!(episode(&mut d, 2)[1..].contains(&Transition::Started));
+        // Third wait, new turn value: the first sample already counts.
+        assert_eq!(episode(&mut d, 3)[0], Transition::Started);
     }
 
     #[test]

@@ -26,12 +26,19 @@ pub enum Action {
 pub struct Config {
     /// Sampling period, ns of the thread's CPU time.
     pub period_ns: u64,
+    /// Sampling period of threads that spun recently: catches them again
+    /// quickly and sees them leave their loop sooner.
+    pub suspect_period_ns: u64,
+    /// How long a thread stays a suspect after its last spinning sample.
+    pub suspect_ns: u64,
     pub params: DetectorParams,
     pub action: Action,
     /// Time slice requested for a demoted thread (kernels >= 6.12 honour it).
     pub slice_ns: u64,
     /// Longest a thread stays demoted without a sample proving it still spins.
     pub max_demotion_ns: u64,
+    /// Force demoted threads that still spin off their vCPU.
+    pub kick: bool,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -41,10 +48,13 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             period_ns: 100_000,
+            suspect_period_ns: 50_000,
+            suspect_ns: 50_000_000,
             params: DetectorParams::default(),
             action: Action::Deschedule,
             slice_ns: 100_000,
-            max_demotion_ns: 10_000_000,
+            max_demotion_ns: 500_000,
+            kick: true,
             record_samples: false,
         }
     }
@@ -64,6 +74,8 @@ pub struct Stats {
     pub restored_on_progress: u64,
     /// Restored because the demotion lease ran out.
     pub restored_on_lease: u64,
+    /// Reschedules forced on demoted threads found running and still spinning.
+    pub kicks: u64,
     /// Demotion or restoration refused by the kernel (thread gone, permissions).
     pub sched_failures: u64,
     /// Episodes that ended at the very next sample: an upper bound on false
@@ -91,6 +103,9 @@ struct Tracked {
     demotion: Option<Demotion>,
     /// Samples in the current episode.
     episode_samples: u64,
+    /// Sampled at the suspect period since (ns), if it is.
+    suspect_since: Option<u64>,
+    last_spin_ns: u64,
 }
 
 pub struct Engine {
@@ -103,6 +118,7 @@ pub struct Engine {
     events: Vec<Event>,
     recorded: Vec<Sample>,
     scratch: Vec<Sample>,
+    pollfds: Vec<libc::pollfd>,
 }
 
 impl Engine {
@@ -131,6 +147,7 @@ impl Engine {
             events: Vec::new(),
             recorded: Vec::new(),
             scratch: Vec::with_capacity(1024),
+            pollfds: Vec::new(),
         };
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
@@ -180,7 +197,7 @@ impl Engine {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ThreadSampler::open(tid, self.cfg.period_ns) {
+            match ThreadSampler::open(tid, self.cfg.period_ns, false) {
                 Ok(sampler) => {
                     self.stats.threads_seen += 1;
                     self.threads.insert(
@@ -190,6 +207,8 @@ impl Engine {
                             detector: ThreadDetector::new(),
                             demotion: None,
                             episode_samples: 0,
+                            suspect_since: None,
+                            last_spin_ns: 0,
                         },
                     );
                 }
@@ -224,6 +243,55 @@ impl Engine {
             self.scratch = batch;
         }
         self.expire_leases(now_ns);
+        self.clear_suspects(now_ns);
+    }
+
+    /// Sleeps until a suspect thread has a new sample, the next demotion
+    /// lease ends, or `max_ns` passed, whichever comes first.
+    pub fn wait(&mut self, now_ns: u64, max_ns: u64) {
+        let mut timeout_ns = max_ns;
+        for t in self.threads.values() {
+            if let Some(d) = &t.demotion {
+                let end = d.since_ns + self.cfg.max_demotion_ns;
+                timeout_ns = timeout_ns.min(end.saturating_sub(now_ns));
+            }
+        }
+        self.pollfds.clear();
+        self.pollfds.extend(self.threads.values().filter(|t| t.suspect_since.is_some()).map(|t| {
+            libc::pollfd {
+                fd: t.sampler.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }
+        }));
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as i64,
+            tv_nsec: (timeout_ns % 1_000_000_000) as i64,
+        };
+        // SAFETY: pollfds is a valid array of its length; ppoll with a timeout.
+        unsafe {
+            libc::ppoll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+    }
+
+    fn clear_suspects(&mut self, now_ns: u64) {
+        let slow = self.cfg.period_ns;
+        for (&tid, t) in self.threads.iter_mut() {
+            if t.suspect_since.is_some()
+                && !t.detector.spinning()
+                && now_ns.saturating_sub(t.last_spin_ns) > self.cfg.suspect_ns
+            {
+                if let Ok(sampler) = ThreadSampler::open(tid, slow, false) {
+                    t.sampler = sampler;
+                    t.suspect_since = None;
+                }
+            }
+        }
     }
 
     fn process(&mut self, tid: i32, s: &Sample) {
@@ -234,6 +302,14 @@ impl Engine {
         if t.detector.spinning() {
             self.stats.spin_samples += 1;
             t.episode_samples += 1;
+            t.last_spin_ns = s.time_ns;
+            if t.suspect_since.is_none() {
+                if let Ok(fast) = ThreadSampler::open(tid, self.cfg.suspect_period_ns, true) {
+                    // Samples still in the old buffer are older than this one: dropped.
+                    t.sampler = fast;
+                    t.suspect_since = Some(s.time_ns);
+                }
+            }
         }
         match transition {
             Transition::None => {}
@@ -244,9 +320,6 @@ impl Engine {
                     tid,
                     started: true,
                 });
-                if self.cfg.action == Action::Deschedule && t.demotion.is_none() {
-                    self.demote(tid, s.time_ns);
-                }
             }
             Transition::Ended => {
                 if t.episode_samples <= 1 {
@@ -264,13 +337,20 @@ impl Engine {
                 }
             }
         }
-        // A demoted thread seen still spinning keeps its lease fresh.
-        if let Some(t) = self.threads.get_mut(&tid) {
-            if t.detector.spinning() {
-                if let Some(d) = &mut t.demotion {
-                    d.since_ns = d.since_ns.max(s.time_ns);
-                }
-            }
+        // A spinning thread is demoted (again, if its lease ran out). A sample
+        // taken while demoted shows it ran only because nothing else could.
+        let Some(t) = self.threads.get(&tid) else { return };
+        if !t.detector.spinning() || self.cfg.action != Action::Deschedule {
+            return;
+        }
+        match &t.demotion {
+            None => self.demote(tid, s.time_ns),
+            // Demoted, yet running and still spinning: only demoted threads
+            // were left on its vCPU. Hand the vCPU to the next of them now
+            // rather than at the scheduler's tick: it may be the one that
+            // everybody waits for.
+            Some(d) if self.cfg.kick && s.time_ns > d.since_ns => self.kick(tid),
+            Some(_) => {}
         }
     }
 
@@ -302,6 +382,16 @@ impl Engine {
                 self.stats.sched_failures += 1;
                 let _ = watchdog.restored(tid);
             }
+        }
+    }
+
+    /// Forces a reschedule of a running demoted thread: raising the current
+    /// task's priority number is a change the kernel acts on immediately.
+    fn kick(&mut self, tid: i32) {
+        let demoted = sched::demoted(self.cfg.slice_ns);
+        let step = SchedAttr { nice: demoted.nice - 1, ..demoted };
+        if sched::set_or_plain(tid, &step).is_ok() && sched::set_or_plain(tid, &demoted).is_ok() {
+            self.stats.kicks += 1;
         }
     }
 

@@ -67,7 +67,9 @@ unsafe impl Send for ThreadSampler {}
 
 impl ThreadSampler {
     /// Starts sampling `tid` every `period_ns` of its user-mode CPU time.
-    pub fn open(tid: i32, period_ns: u64) -> Result<ThreadSampler, OpenError> {
+    /// With `wake_each`, every sample makes the descriptor readable (for
+    /// poll); otherwise only a half-full buffer does, which costs nothing.
+    pub fn open(tid: i32, period_ns: u64, wake_each: bool) -> Result<ThreadSampler, OpenError> {
         let mut attr = sys::bindings::perf_event_attr {
             size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
             type_: sys::bindings::PERF_TYPE_SOFTWARE,
@@ -81,6 +83,9 @@ impl ThreadSampler {
             ..Default::default()
         };
         attr.__bindgen_anon_1.sample_period = period_ns.max(10_000);
+        if wake_each {
+            attr.__bindgen_anon_2.wakeup_events = 1;
+        }
         attr.set_exclude_kernel(1);
         attr.set_exclude_hv(1);
         attr.set_use_clockid(1);
@@ -128,6 +133,11 @@ impl ThreadSampler {
 
     pub fn tid(&self) -> i32 {
         self.tid
+    }
+
+    /// The descriptor, to poll for new samples.
+    pub fn fd(&self) -> libc::c_int {
+        self.fd
     }
 
     /// Hands every sample recorded since the last call to `f`, oldest first.

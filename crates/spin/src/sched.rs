@@ -98,7 +98,9 @@ pub fn set(tid: i32, a: &SchedAttr) -> io::Result<()> {
 pub fn demoted(slice_ns: u64) -> SchedAttr {
     SchedAttr {
         policy: SCHED_IDLE,
-        nice: 0,
+        // Nice 19 raises the task's priority number, which makes the kernel
+        // reschedule a running thread at once instead of at its next tick.
+        nice: 19,
         priority: 0,
         flags: 0,
         runtime: slice_ns,

@@ -1,0 +1,421 @@
+//! `vsched spin-detect --pid PID` and `vsched run --spin-detect -- PROGRAM`:
+//! find threads that busy-wait and deschedule them.
+
+use crate::probe_cmd::parse_duration;
+use crate::signals;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use vsched_spin::perf::OpenError;
+use vsched_spin::zoo::programs::now_ns;
+use vsched_spin::watchdog::Watchdog;
+use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
+
+/// Longest time between two reads of the samples. Threads that spun recently
+/// wake the detector with every sample; leases wake it when they end.
+const TICK: Duration = Duration::from_millis(1);
+/// How often the thread list is re-read (threads created later).
+const SCAN_EVERY: Duration = Duration::from_millis(10);
+
+const HOW_IT_WORKS: &str = "\
+HOW IT WORKS
+  Every thread of the program is sampled by a software cpu-clock perf event
+  (no hardware counters needed): every --period of its CPU time the kernel
+  records its instruction pointer and registers. A thread whose register
+  state repeats (a loop that re-reads a flag changes nothing), or which sits on
+  a PAUSE spin-wait hint, is spinning. Code that computes always moves some
+  register and never executes PAUSE.
+  A spinning thread is demoted to SCHED_IDLE, so any thread with real work on
+  its vCPU runs first, and restored as soon as a sample shows it out of its
+  loop, or after --lease at the latest (it is demoted again at its next
+  spinning sample). Every demotion is journaled to a watchdog process first,
+  which restores the thread if vsched dies, even by SIGKILL.
+  Needs perf_event_open on the target (kernel.perf_event_paranoid <= 2 and the
+  same user, or root/CAP_PERFMON) and, to deschedule, permission to change its
+  threads' scheduling (same user to demote; root to restore RT policies).";
+
+/// Options shared by `spin-detect` and `run --spin-detect`.
+#[derive(Args, Debug, Clone)]
+pub struct DetectArgs {
+    /// Only detect and count; never change any thread's scheduling
+    #[arg(long)]
+    observe: bool,
+
+    /// Sampling period, in each thread's CPU time
+    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration)]
+    period: Duration,
+
+    /// Samples in the detector's decision window
+    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().window)]
+    window: usize,
+
+    /// Samples of the window that must repeat an earlier register state
+    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().repeats)]
+    repeats: usize,
+
+    /// Samples of the window that must sit on a PAUSE instruction
+    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().pauses)]
+    pauses: usize,
+
+    /// Longest demotion without a new sample showing the thread still spins
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration)]
+    lease: Duration,
+
+    /// Sampling period of threads that spun recently (catches them again quickly)
+    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
+    suspect_period: Duration,
+
+    /// Time slice asked for a demoted thread (honoured by Linux >= 6.12)
+    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration)]
+    slice: Duration,
+
+    /// Do not force demoted threads that still spin off their vCPU
+    #[arg(long)]
+    no_kick: bool,
+
+    /// Print the summary as JSON
+    #[arg(long)]
+    json: bool,
+
+    /// Also write the JSON summary to FILE
+    #[arg(long, value_name = "FILE")]
+    summary_out: Option<PathBuf>,
+
+    /// Print live counts to stderr every DURATION (default: every 1s on a terminal)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    live: Option<Duration>,
+
+    /// Write every sample (with PAUSE flags) to FILE as JSON, e.g. for test data
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+}
+
+impl DetectArgs {
+    fn config(&self) -> Result<Config> {
+        let params = DetectorParams {
+            window: self.window,
+            repeats: self.repeats,
+            pauses: self.pauses,
+            ..Default::default()
+        };
+        params.validate().map_err(anyhow::Error::msg)?;
+        if self.period < Duration::from_micros(10) || self.suspect_period < Duration::from_micros(10) {
+            bail!("--period and --suspect-period must be at least 10us (the kernel's limit for cpu-clock)");
+        }
+        if !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&self.slice) {
+            bail!("--slice must be between 100us and 100ms (the kernel's range for custom slices)");
+        }
+        Ok(Config {
+            period_ns: self.period.as_nanos() as u64,
+            suspect_period_ns: self.suspect_period.as_nanos() as u64,
+            suspect_ns: 50_000_000,
+            params,
+            action: if self.observe { Action::Observe } else { Action::Deschedule },
+            slice_ns: self.slice.as_nanos() as u64,
+            max_demotion_ns: self.lease.as_nanos() as u64,
+            record_samples: self.record.is_some(),
+            kick: !self.no_kick,
+        })
+    }
+
+    fn live_every(&self) -> Option<Duration> {
+        self.live
+            .or_else(|| std::io::stderr().is_terminal().then_some(Duration::from_secs(1)))
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_long_help = SPIN_DETECT_HELP)]
+pub struct SpinDetectArgs {
+    /// Process to watch: all its threads, including ones it creates later
+    #[arg(long, value_name = "PID")]
+    pid: i32,
+
+    /// Stop after DURATION (default: until the process ends or Ctrl-C)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
+
+    #[command(flatten)]
+    detect: DetectArgs,
+}
+
+const SPIN_DETECT_HELP: &str = "\
+HOW IT WORKS
+  See `vsched run --help`; spin-detect does the same to a running process.
+
+EXAMPLES
+  vsched spin-detect --pid 1234               deschedule spinners until 1234 exits
+  vsched spin-detect --pid 1234 --observe --duration 10s --json
+                                              count spinning only, then JSON
+  sudo vsched spin-detect --pid $(pidof memcached) --live 2s
+
+Ctrl-C or SIGTERM stop detection and restore every demoted thread; after a
+SIGKILL the watchdog process restores them. See docs/spin.md.";
+
+#[derive(Args, Debug)]
+#[command(after_long_help = format!("{HOW_IT_WORKS}\n\nEXAMPLES\n  \
+vsched run --spin-detect -- ./my-program --threads 64\n  \
+vsched run --spin-detect --observe --json -- ./my-program   count only\n  \
+vsched run --spin-detect -- vsched exec -- ./my-program      with the sync runtime\n\n\
+The program's exit status becomes vsched's. The summary goes to stderr (the\n\
+program owns stdout). See docs/spin.md."))]
+pub struct RunArgs {
+    /// Detect busy-waiting in the program and deschedule spinning threads
+    #[arg(long)]
+    spin_detect: bool,
+
+    #[command(flatten)]
+    detect: DetectArgs,
+
+    /// The program and its arguments (after --)
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    program: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema: &'static str,
+    version: u32,
+    pid: i32,
+    action: Action,
+    elapsed_s: f64,
+    /// Why detection ended: "exited", "signal", "duration".
+    ended_by: &'a str,
+    #[serde(flatten)]
+    stats: Stats,
+}
+
+pub fn spin_detect(args: SpinDetectArgs) -> Result<bool> {
+    if args.pid <= 0 {
+        bail!("--pid must be a positive process id, got {}", args.pid);
+    }
+    let cfg = args.detect.config()?;
+    signals::catch();
+    let engine = attach(args.pid, cfg).map_err(|e| match e {
+        OpenError::Gone => anyhow::anyhow!("no process with pid {} (it may have exited)", args.pid),
+        e => anyhow::anyhow!("cannot watch pid {}: {e}", args.pid),
+    })?;
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let pid = args.pid;
+    let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
+        if !vsched_spin::threads::alive(pid) {
+            Some("exited")
+        } else if deadline.is_some_and(|d| Instant::now() >= d) {
+            Some("duration")
+        } else {
+            None
+        }
+    });
+    finish(engine, &args.detect, ended_by, elapsed, false)?;
+    Ok(true)
+}
+
+/// Runs the program (with detection if asked); returns its exit status.
+pub fn run(args: RunArgs) -> Result<u8> {
+    let cfg = args.detect.config()?;
+    signals::catch();
+    let mut child = Command::new(&args.program[0])
+        .args(&args.program[1..])
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", args.program[0]))?;
+    // spawn() returns once the exec succeeded: the code we read is the program's.
+    let pid = child.id() as i32;
+    let mut status = None;
+    if args.spin_detect {
+        let engine = match attach(pid, cfg) {
+            Ok(e) => Some(e),
+            // Finished before detection could start: nothing to detect.
+            Err(OpenError::Gone) => None,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("cannot watch the program: {e}");
+            }
+        };
+    if let Some(engine) = engine {
+        let mut forwarded = false;
+        let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
+            forward_sigterm(pid, &mut forwarded);
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    status = Some(s);
+                    Some("exited")
+                }
+                _ => None,
+            }
+        });
+        finish(engine, &args.detect, ended_by, elapsed, true)?;
+    }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => loop {
+            // Without detection (or after Ctrl-C stopped it) just wait; the
+            // program got the terminal's SIGINT itself, SIGTERM is forwarded.
+            match child.try_wait()? {
+                Some(s) => break s,
+                None => {
+                    let mut forwarded = false;
+                    forward_sigterm(pid, &mut forwarded);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        },
+    };
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128 + sig as u8,
+        _ => 1,
+    })
+}
+
+fn forward_sigterm(pid: i32, forwarded: &mut bool) {
+    if !*forwarded && signals::last() == libc::SIGTERM {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        *forwarded = true;
+    }
+}
+
+fn attach(pid: i32, cfg: Config) -> Result<Engine, OpenError> {
+    let watchdog = if cfg.action == Action::Deschedule {
+        let exe = std::env::current_exe().map_err(OpenError::Other)?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("spin-watchdog");
+        Some(Watchdog::spawn(cmd).map_err(OpenError::Other)?)
+    } else {
+        None
+    };
+    Engine::attach(pid, cfg, watchdog)
+}
+
+/// Polls the engine until `done` names a reason or a signal arrives.
+fn detect_loop(
+    mut engine: Engine,
+    args: &DetectArgs,
+    mut done: impl FnMut() -> Option<&'static str>,
+) -> (Engine, &'static str, f64) {
+    // The detector must run the moment it wakes, even on vCPUs full of
+    // spinners (set after the program and watchdog started: they must not inherit it).
+    vsched_probe::sys::apply_policy(vsched_probe::sys::Policy::High);
+    let start = Instant::now();
+    let live = args.live_every();
+    let mut next_scan = start + SCAN_EVERY;
+    let mut next_live = live.map(|d| start + d);
+    let mut warned = false;
+    let ended_by = loop {
+        if signals::stopped() {
+            break "signal";
+        }
+        if let Some(reason) = done() {
+            break reason;
+        }
+        engine.wait(now_ns(), TICK.as_nanos() as u64);
+        engine.poll(now_ns());
+        let now = Instant::now();
+        if now >= next_scan {
+            if let Err(e) = engine.scan() {
+                if !warned {
+                    eprintln!("vsched: warning: a new thread cannot be sampled: {e}");
+                    warned = true;
+                }
+            }
+            next_scan = now + SCAN_EVERY;
+        }
+        if let (Some(at), Some(every)) = (next_live, live) {
+            if now >= at {
+                live_line(&engine, now - start);
+                next_live = Some(now + every);
+            }
+        }
+    };
+    // Samples taken since the last tick still count.
+    engine.poll(now_ns());
+    (engine, ended_by, start.elapsed().as_secs_f64())
+}
+
+fn live_line(engine: &Engine, elapsed: Duration) {
+    let s = engine.stats();
+    eprintln!(
+        "spin-detect {:>6.1}s  threads {:>4}  spinning episodes {:>7}  demoted now {:>3}  demotions {:>7}  false-positive bound {:>4}  samples {}",
+        elapsed.as_secs_f64(),
+        engine.threads(),
+        s.spin_episodes,
+        engine.demoted_now(),
+        s.demotions,
+        s.false_positive_bound,
+        s.samples
+    );
+}
+
+fn finish(engine: Engine, args: &DetectArgs, ended_by: &str, elapsed_s: f64, to_stderr: bool) -> Result<()> {
+    let pid = engine.pid();
+    let action = if args.observe { Action::Observe } else { Action::Deschedule };
+    let report = engine.finish();
+    if let Some(path) = &args.record {
+        let text = serde_json::to_string(&report.samples)?;
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let summary = Summary {
+        schema: "vsched.spin-detect",
+        version: 1,
+        pid,
+        action,
+        elapsed_s,
+        ended_by,
+        stats: report.stats,
+    };
+    let json = serde_json::to_string(&summary)?;
+    if let Some(path) = &args.summary_out {
+        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let text = if args.json { json } else { summary_text(&summary) };
+    if to_stderr {
+        let _ = writeln!(std::io::stderr(), "{text}");
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+fn summary_text(s: &Summary) -> String {
+    let st = &s.stats;
+    let mut out = format!(
+        "vsched spin-detect: pid {} watched {:.1}s ({}), {} threads, {} samples ({} lost)\n",
+        s.pid, s.elapsed_s, s.ended_by, st.threads_seen, st.samples, st.lost_samples
+    );
+    let spin_pct = 100.0 * st.spin_samples as f64 / st.samples.max(1) as f64;
+    out += &format!(
+        "  spinning: {} episodes, {:.1}% of sampled CPU time\n",
+        st.spin_episodes, spin_pct
+    );
+    match s.action {
+        Action::Deschedule => {
+            out += &format!(
+                "  descheduled: {} demotions; restored {} on progress, {} at lease end; {} refused by the kernel\n",
+                st.demotions, st.restored_on_progress, st.restored_on_lease, st.sched_failures
+            );
+        }
+        Action::Observe => out += "  observe only: no thread was demoted\n",
+    }
+    out += &format!(
+        "  false-positive bound: {} episodes ended at the next sample{}",
+        st.false_positive_bound,
+        if st.code_readable { "" } else { "\n  note: the program's code was unreadable; PAUSE-based detection was off" }
+    );
+    out
+}
+
+/// The hidden `spin-watchdog` subcommand.
+pub fn watchdog() -> Result<bool> {
+    let n = vsched_spin::watchdog::serve(std::io::stdin().lock());
+    if n > 0 {
+        eprintln!("vsched spin-watchdog: vsched ended without restoring {n} thread(s); restored them");
+    }
+    Ok(true)
+}

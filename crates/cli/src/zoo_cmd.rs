@@ -1,0 +1,82 @@
+//! The hidden `vsched spin-zoo` subcommand: the detector's test programs as a
+//! separate process (benchmarks and tests watch it like any other program).
+
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, Subcommand};
+use std::io::BufRead;
+use vsched_spin::zoo::{compute, locks, programs};
+
+#[derive(Args, Debug)]
+pub struct ZooArgs {
+    /// Wait for a line on stdin before starting (lets a detector attach first)
+    #[arg(long, global = true)]
+    wait_go: bool,
+
+    #[command(subcommand)]
+    program: ZooProgram,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ZooProgram {
+    /// Spin token ring: each thread waits in a plain flag loop for its turn
+    Ring {
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        #[arg(long, default_value_t = 20_000)]
+        handoffs: u64,
+        #[arg(long, default_value_t = 20.0)]
+        work_us: f64,
+    },
+    /// Pipeline of threads joined by spinning queues
+    Pipeline {
+        #[arg(long, default_value_t = 8)]
+        stages: usize,
+        #[arg(long, default_value_t = 5_000)]
+        items: u64,
+        #[arg(long, default_value_t = 20.0)]
+        work_us: f64,
+    },
+    /// Timed spin episodes of one waiting implementation
+    Spin {
+        #[arg(long)]
+        lock: String,
+        #[arg(long, default_value_t = 100)]
+        episodes: usize,
+    },
+    /// A compute kernel on several threads
+    Compute {
+        #[arg(long)]
+        kernel: String,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long, default_value_t = 200)]
+        passes: u64,
+    },
+}
+
+pub fn run(args: ZooArgs) -> Result<bool> {
+    if args.wait_go {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+    }
+    let truth = match args.program {
+        ZooProgram::Ring { threads, handoffs, work_us } => {
+            if threads < 2 {
+                bail!("a ring needs at least 2 threads");
+            }
+            programs::ring(threads, handoffs, work_us)
+        }
+        ZooProgram::Pipeline { stages, items, work_us } => {
+            if stages < 2 {
+                bail!("a pipeline needs at least 2 stages");
+            }
+            programs::pipeline(stages, items, work_us)
+        }
+        ZooProgram::Spin { lock, episodes } => programs::spin_episodes(&lock, episodes)
+            .ok_or_else(|| anyhow!("unknown lock {lock:?}; known: {}", locks::NAMES.join(", ")))?,
+        ZooProgram::Compute { kernel, threads, passes } => programs::compute(&kernel, threads, passes)
+            .ok_or_else(|| anyhow!("unknown kernel {kernel:?}; known: {}", compute::NAMES.join(", ")))?,
+    };
+    println!("{}", serde_json::to_string(&truth)?);
+    Ok(true)
+}
