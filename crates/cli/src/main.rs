@@ -1,5 +1,6 @@
 //! `vsched`: makes multithreaded programs run well on cloud vCPUs.
 
+mod bench_cmd;
 mod lab_cmd;
 mod probe_cmd;
 mod progress;
@@ -32,6 +33,9 @@ enum Command {
     /// QEMU guests whose vCPUs the host controls: ground truth for the probers
     #[command(subcommand)]
     Lab(lab_cmd::LabCommand),
+    /// Benchmarks of vsched's mechanisms against their baselines, side by side
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
     /// Find threads of a running process that busy-wait, and deschedule them
     SpinDetect(spin_cmd::SpinDetectArgs),
     /// Run a program under vsched (--spin-detect: deschedule its spinning threads)
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Probe(args) => probe_cmd::run(args).map(|()| true),
         Command::Lab(cmd) => lab_cmd::run(cmd),
+        Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::SpinZoo(args) => zoo_cmd::run(args),

@@ -15,11 +15,6 @@ use vsched_spin::zoo::programs::now_ns;
 use vsched_spin::watchdog::Watchdog;
 use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
 
-/// Longest time between two reads of the samples. Threads that spun recently
-/// wake the detector with every sample; leases wake it when they end.
-const TICK: Duration = Duration::from_millis(1);
-/// How often the thread list is re-read (threads created later).
-const SCAN_EVERY: Duration = Duration::from_millis(10);
 
 const HOW_IT_WORKS: &str = "\
 HOW IT WORKS
@@ -46,7 +41,7 @@ pub struct DetectArgs {
     observe: bool,
 
     /// Sampling period, in each thread's CPU time
-    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration)]
     period: Duration,
 
     /// Samples in the detector's decision window
@@ -72,6 +67,11 @@ pub struct DetectArgs {
     /// Time slice asked for a demoted thread (honoured by Linux >= 6.12)
     #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration)]
     slice: Duration,
+
+    /// Longest time between two reads of the samples (threads that spun
+    /// recently wake the detector with every sample; leases when they end)
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    tick: Duration,
 
     /// Do not force demoted threads that still spin off their vCPU
     #[arg(long)]
@@ -305,7 +305,6 @@ fn detect_loop(
     vsched_probe::sys::apply_policy(vsched_probe::sys::Policy::High);
     let start = Instant::now();
     let live = args.live_every();
-    let mut next_scan = start + SCAN_EVERY;
     let mut next_live = live.map(|d| start + d);
     let mut warned = false;
     let ended_by = loop {
@@ -315,18 +314,13 @@ fn detect_loop(
         if let Some(reason) = done() {
             break reason;
         }
-        engine.wait(now_ns(), TICK.as_nanos() as u64);
-        engine.poll(now_ns());
-        let now = Instant::now();
-        if now >= next_scan {
-            if let Err(e) = engine.scan() {
-                if !warned {
-                    eprintln!("vsched: warning: a new thread cannot be sampled: {e}");
-                    warned = true;
-                }
+        if let Err(e) = engine.step(args.tick.as_nanos() as u64) {
+            if !warned {
+                eprintln!("vsched: warning: a new thread cannot be sampled: {e}");
+                warned = true;
             }
-            next_scan = now + SCAN_EVERY;
         }
+        let now = Instant::now();
         if let (Some(at), Some(every)) = (next_live, live) {
             if now >= at {
                 live_line(&engine, now - start);

@@ -9,6 +9,7 @@ use crate::sample::Sample;
 use crate::sched::{self, SchedAttr};
 use crate::threads;
 use crate::watchdog::Watchdog;
+use crate::zoo::programs::now_ns;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -47,7 +48,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            period_ns: 100_000,
+            period_ns: 500_000,
             suspect_period_ns: 50_000,
             suspect_ns: 50_000_000,
             params: DetectorParams::default(),
@@ -74,6 +75,8 @@ pub struct Stats {
     pub restored_on_progress: u64,
     /// Restored because the demotion lease ran out.
     pub restored_on_lease: u64,
+    /// Spinning samples not acted on because no vCPU was oversubscribed.
+    pub spins_left_alone: u64,
     /// Reschedules forced on demoted threads found running and still spinning.
     pub kicks: u64,
     /// Demotion or restoration refused by the kernel (thread gone, permissions).
@@ -119,7 +122,51 @@ pub struct Engine {
     recorded: Vec<Sample>,
     scratch: Vec<Sample>,
     pollfds: Vec<libc::pollfd>,
+    next_scan_ns: u64,
+    load: Load,
 }
+
+/// Whether the system has more runnable threads than vCPUs, from
+/// /proc/loadavg's count of runnable tasks, re-read at most every 1 ms.
+struct Load {
+    cpus: usize,
+    checked_ns: u64,
+    over: bool,
+}
+
+impl Load {
+    fn new() -> Load {
+        // SAFETY: plain sysconf query.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        Load {
+            cpus,
+            checked_ns: 0,
+            over: true,
+        }
+    }
+
+    fn oversubscribed(&mut self, now_ns: u64) -> bool {
+        if now_ns.saturating_sub(self.checked_ns) >= 1_000_000 {
+            self.checked_ns = now_ns;
+            if let Some(running) = std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|t| runnable_tasks(&t))
+            {
+                // The detector itself is running while it reads.
+                self.over = running.saturating_sub(1) > self.cpus;
+            }
+        }
+        self.over
+    }
+}
+
+/// The "running" half of /proc/loadavg's fourth field ("3/120").
+fn runnable_tasks(loadavg: &str) -> Option<usize> {
+    loadavg.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
+}
+
+/// How often the thread list is re-read (threads created later).
+const SCAN_EVERY_NS: u64 = 10_000_000;
 
 impl Engine {
     /// Starts sampling every thread of `pid`. A `watchdog` is required to
@@ -148,6 +195,8 @@ impl Engine {
             recorded: Vec::new(),
             scratch: Vec::with_capacity(1024),
             pollfds: Vec::new(),
+            next_scan_ns: 0,
+            load: Load::new(),
         };
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
@@ -244,6 +293,20 @@ impl Engine {
         }
         self.expire_leases(now_ns);
         self.clear_suspects(now_ns);
+    }
+
+    /// One round of the detector: wait (at most `max_wait_ns`) for samples,
+    /// act on them, and now and then follow the thread list. An error means a
+    /// new thread could not be sampled; the others go on.
+    pub fn step(&mut self, max_wait_ns: u64) -> Result<(), OpenError> {
+        self.wait(now_ns(), max_wait_ns);
+        let now = now_ns();
+        self.poll(now);
+        if now >= self.next_scan_ns {
+            self.next_scan_ns = now + SCAN_EVERY_NS;
+            self.scan()?;
+        }
+        Ok(())
     }
 
     /// Sleeps until a suspect thread has a new sample, the next demotion
@@ -344,6 +407,9 @@ impl Engine {
             return;
         }
         match &t.demotion {
+            // With a vCPU free for every runnable thread, spinning costs
+            // nobody anything and demoting only adds work.
+            None if !self.load.oversubscribed(s.time_ns) => self.stats.spins_left_alone += 1,
             None => self.demote(tid, s.time_ns),
             // Demoted, yet running and still spinning: only demoted threads
             // were left on its vCPU. Hand the vCPU to the next of them now
@@ -494,5 +560,14 @@ fn raise_fd_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_runnable_tasks() {
+        assert_eq!(super::runnable_tasks("0.50 0.40 0.30 3/120 1234\n"), Some(3));
+        assert_eq!(super::runnable_tasks("garbage"), None);
     }
 }

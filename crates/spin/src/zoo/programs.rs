@@ -31,6 +31,7 @@ pub struct Episode {
 
 /// What a zoo program reports about itself (ground truth for scoring).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Truth {
     pub program: String,
     /// Threads that only computed (every sample of theirs is non-spinning).
