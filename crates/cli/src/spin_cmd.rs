@@ -41,7 +41,7 @@ pub struct DetectArgs {
     observe: bool,
 
     /// Sampling period, in each thread's CPU time
-    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration, allow_hyphen_values = true)]
     period: Duration,
 
     /// Samples in the detector's decision window
@@ -57,20 +57,20 @@ pub struct DetectArgs {
     pauses: usize,
 
     /// Longest demotion without a new sample showing the thread still spins
-    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration, allow_hyphen_values = true)]
     lease: Duration,
 
     /// Sampling period of threads that spun recently (catches them again quickly)
-    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration, allow_hyphen_values = true)]
     suspect_period: Duration,
 
     /// Time slice asked for a demoted thread (honoured by Linux >= 6.12)
-    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration, allow_hyphen_values = true)]
     slice: Duration,
 
     /// Longest time between two reads of the samples (threads that spun
     /// recently wake the detector with every sample; leases when they end)
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true)]
     tick: Duration,
 
     /// Do not force demoted threads that still spin off their vCPU
@@ -86,7 +86,7 @@ pub struct DetectArgs {
     summary_out: Option<PathBuf>,
 
     /// Print live counts to stderr every DURATION (default: every 1s on a terminal)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     live: Option<Duration>,
 
     /// Write every sample (with PAUSE flags) to FILE as JSON, e.g. for test data
@@ -136,7 +136,7 @@ pub struct SpinDetectArgs {
     pid: i32,
 
     /// Stop after DURATION (default: until the process ends or Ctrl-C)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<Duration>,
 
     #[command(flatten)]
