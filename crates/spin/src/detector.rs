@@ -167,9 +167,9 @@ impl ThreadDetector {
 
         // The window holds at most 64 samples (validated): no allocation per sample.
         let mut repeated = [false; 64];
-        for i in 0..self.window.len() {
+        for (i, seen_before) in repeated.iter_mut().enumerate().take(self.window.len()) {
             let sig = self.window[i].signature;
-            repeated[i] = self.window.iter().take(i).any(|e| e.signature == sig);
+            *seen_before = self.window.iter().take(i).any(|e| e.signature == sig);
         }
         let repeats = repeated.iter().filter(|&&r| r).count();
         let pauses = self.window.iter().filter(|e| e.after_pause).count();
@@ -319,7 +319,7 @@ mod tests {
     fn a_loop_reentered_with_a_new_loaded_value_is_recognised_at_once() {
         let p = DetectorParams::default();
         let mut d = ThreadDetector::new();
-        let mut episode = |d: &mut ThreadDetector, turn: u64| {
+        let episode = |d: &mut ThreadDetector, turn: u64| {
             let mut t = vec![];
             for _ in 0..4 {
                 t.push(d.observe(&sample(0x1000, turn, false), &p));

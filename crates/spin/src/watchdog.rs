@@ -122,10 +122,8 @@ fn restore_leftovers(demoted: &HashMap<i32, (i32, SchedAttr)>) -> usize {
             continue;
         }
         match sched::get(tid) {
-            Ok(now) if now.policy == sched::SCHED_IDLE => {
-                if sched::set(tid, original).is_ok() {
-                    restored += 1;
-                }
+            Ok(now) if now.policy == sched::SCHED_IDLE && sched::set(tid, original).is_ok() => {
+                restored += 1;
             }
             _ => {}
         }

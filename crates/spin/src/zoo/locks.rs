@@ -1,5 +1,7 @@
 //! The spin zoo: waiting implementations as programs really write them.
 //! Each is a lock whose `lock()` busy-waits while another thread holds it.
+//! Some loops have no spin hint on purpose: programs write them that way.
+#![allow(clippy::missing_spin_loop)]
 
 use std::cell::UnsafeCell;
 use std::hint::spin_loop;

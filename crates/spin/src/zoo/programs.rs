@@ -1,6 +1,8 @@
 //! Programs built from the zoo: spin episodes with known timing (accuracy),
 //! compute runs (specificity, slowdown), and the spin token ring and pipeline
 //! (the effect of descheduling).
+//! The ring and queues wait in plain loops without a spin hint on purpose.
+#![allow(clippy::missing_spin_loop)]
 
 use super::compute::Kernel;
 use super::locks;
