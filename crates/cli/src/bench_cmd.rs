@@ -181,7 +181,11 @@ fn observed(exe: &Path, zoo_args: &[&str]) -> Result<(Truth, Vec<Sample>)> {
 fn read_truth(child: &mut std::process::Child) -> Result<Truth> {
     let mut text = String::new();
     use std::io::Read;
-    child.stdout.take().expect("piped").read_to_string(&mut text)?;
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut text)?;
     serde_json::from_str(text.trim()).context("the zoo program printed no result")
 }
 
@@ -214,12 +218,25 @@ fn accuracy(exe: &Path, args: &SpinBenchArgs, vcpus: usize) -> Result<Accuracy> 
     let (mut eps_total, mut eps_detected) = (0usize, 0usize);
     for lock in locks::NAMES {
         stopped()?;
-        let (truth, samples) = observed(exe, &["spin", "--lock", lock, "--episodes", &args.episodes.to_string()])?;
+        let (truth, samples) = observed(
+            exe,
+            &[
+                "spin",
+                "--lock",
+                lock,
+                "--episodes",
+                &args.episodes.to_string(),
+            ],
+        )?;
         let decisions = replay(&samples);
         let mut delays = vec![];
         let mut counted = 0;
         let mut detected = 0;
-        for e in truth.episodes.iter().filter(|e| e.end_ns - e.start_ns >= 1_000_000) {
+        for e in truth
+            .episodes
+            .iter()
+            .filter(|e| e.end_ns - e.start_ns >= 1_000_000)
+        {
             counted += 1;
             let hit = decisions.get(&e.tid).and_then(|d| {
                 d.iter()
@@ -246,7 +263,15 @@ fn accuracy(exe: &Path, args: &SpinBenchArgs, vcpus: usize) -> Result<Accuracy> 
     for kernel in compute::NAMES {
         stopped()?;
         let passes = calibrated_passes(exe, kernel, &threads)?.to_string();
-        let zoo = ["compute", "--kernel", kernel, "--threads", &threads, "--passes", &passes];
+        let zoo = [
+            "compute",
+            "--kernel",
+            kernel,
+            "--threads",
+            &threads,
+            "--passes",
+            &passes,
+        ];
         let (truth, samples) = observed(exe, &zoo)?;
         let decisions = replay(&samples);
         let (mut windows, mut fps) = (0u64, 0u64);
@@ -290,7 +315,19 @@ const COMPUTE_RUN_S: f64 = 1.5;
 /// Passes of `kernel` that take about COMPUTE_RUN_S here.
 fn calibrated_passes(exe: &Path, kernel: &str, threads: &str) -> Result<u64> {
     let probe = 200u64;
-    let t = zoo_run(exe, false, &["compute", "--kernel", kernel, "--threads", threads, "--passes", &probe.to_string()])?;
+    let t = zoo_run(
+        exe,
+        false,
+        &[
+            "compute",
+            "--kernel",
+            kernel,
+            "--threads",
+            threads,
+            "--passes",
+            &probe.to_string(),
+        ],
+    )?;
     Ok(((probe as f64 * COMPUTE_RUN_S / t.elapsed_s.max(1e-4)) as u64).max(probe))
 }
 
@@ -300,7 +337,11 @@ fn zoo_run(exe: &Path, detect: bool, zoo_args: &[&str]) -> Result<Truth> {
     if detect {
         cmd.args(["run", "--spin-detect", "--"]).arg(exe);
     }
-    let out = cmd.arg("spin-zoo").args(zoo_args).stderr(Stdio::null()).output()?;
+    let out = cmd
+        .arg("spin-zoo")
+        .args(zoo_args)
+        .stderr(Stdio::null())
+        .output()?;
     if !out.status.success() {
         bail!("benchmark program failed: {:?}", out.status);
     }
@@ -319,13 +360,29 @@ fn effect(exe: &Path, args: &SpinBenchArgs, vcpus: usize) -> Result<Vec<EffectRo
     let cases = [
         EffectCase {
             program: "ring",
-            build: |t, u| vec!["ring".into(), "--threads".into(), t.to_string(), "--handoffs".into(), u.to_string()],
+            build: |t, u| {
+                vec![
+                    "ring".into(),
+                    "--threads".into(),
+                    t.to_string(),
+                    "--handoffs".into(),
+                    u.to_string(),
+                ]
+            },
             units_detected: 5000,
             units_baseline_4x: 300,
         },
         EffectCase {
             program: "pipeline",
-            build: |t, u| vec!["pipeline".into(), "--stages".into(), t.to_string(), "--items".into(), u.to_string()],
+            build: |t, u| {
+                vec![
+                    "pipeline".into(),
+                    "--stages".into(),
+                    t.to_string(),
+                    "--items".into(),
+                    u.to_string(),
+                ]
+            },
             units_detected: 1000,
             units_baseline_4x: 100,
         },
@@ -335,7 +392,11 @@ fn effect(exe: &Path, args: &SpinBenchArgs, vcpus: usize) -> Result<Vec<EffectRo
         let mut per_unit_1x = f64::NAN;
         for factor in [1usize, 4] {
             let threads = (vcpus * factor).max(2);
-            let base_units = if factor == 1 { case.units_detected } else { case.units_baseline_4x };
+            let base_units = if factor == 1 {
+                case.units_detected
+            } else {
+                case.units_baseline_4x
+            };
             let (mut base, mut det) = (vec![], vec![]);
             for _ in 0..args.runs {
                 stopped()?;
@@ -486,7 +547,10 @@ fn print_tables(b: &SpinBench) {
     println!("vsched bench spin ({} vCPUs)", b.vcpus);
     if let Some(a) = &b.accuracy {
         println!("\nSENSITIVITY (waits of at least 1 ms)");
-        println!("  {:<20} {:>8} {:>8} {:>10} {:>14}", "lock", "waits", "found", "rate", "median delay");
+        println!(
+            "  {:<20} {:>8} {:>8} {:>10} {:>14}",
+            "lock", "waits", "found", "rate", "median delay"
+        );
         for l in &a.locks {
             println!(
                 "  {:<20} {:>8} {:>8} {:>9.2}% {:>11.0} us",
@@ -530,7 +594,13 @@ fn print_tables(b: &SpinBench) {
         for r in &b.effect {
             println!(
                 "  {:<15} {:>7} {:>5} {:>10.1} us {:>10.1} us {:>8.1}x {:>8.2}x",
-                r.program, r.threads, r.oversubscription, r.baseline_us, r.detected_us, r.speedup, r.vs_1x
+                r.program,
+                r.threads,
+                r.oversubscription,
+                r.baseline_us,
+                r.detected_us,
+                r.speedup,
+                r.vs_1x
             );
         }
         println!("  goals at 4x: speedup >= 20x, within 5x of the 1x time");

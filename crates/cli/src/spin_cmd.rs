@@ -11,10 +11,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use vsched_spin::perf::OpenError;
-use vsched_spin::zoo::programs::now_ns;
 use vsched_spin::watchdog::Watchdog;
+use vsched_spin::zoo::programs::now_ns;
 use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
-
 
 const HOW_IT_WORKS: &str = "\
 HOW IT WORKS
@@ -103,7 +102,9 @@ impl DetectArgs {
             ..Default::default()
         };
         params.validate().map_err(anyhow::Error::msg)?;
-        if self.period < Duration::from_micros(10) || self.suspect_period < Duration::from_micros(10) {
+        if self.period < Duration::from_micros(10)
+            || self.suspect_period < Duration::from_micros(10)
+        {
             bail!("--period and --suspect-period must be at least 10us (the kernel's limit for cpu-clock)");
         }
         if !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&self.slice) {
@@ -114,7 +115,11 @@ impl DetectArgs {
             suspect_period_ns: self.suspect_period.as_nanos() as u64,
             suspect_ns: 50_000_000,
             params,
-            action: if self.observe { Action::Observe } else { Action::Deschedule },
+            action: if self.observe {
+                Action::Observe
+            } else {
+                Action::Deschedule
+            },
             slice_ns: self.slice.as_nanos() as u64,
             max_demotion_ns: self.lease.as_nanos() as u64,
             record_samples: self.record.is_some(),
@@ -123,8 +128,11 @@ impl DetectArgs {
     }
 
     fn live_every(&self) -> Option<Duration> {
-        self.live
-            .or_else(|| std::io::stderr().is_terminal().then_some(Duration::from_secs(1)))
+        self.live.or_else(|| {
+            std::io::stderr()
+                .is_terminal()
+                .then_some(Duration::from_secs(1))
+        })
     }
 }
 
@@ -236,20 +244,20 @@ pub fn run(args: RunArgs) -> Result<u8> {
                 bail!("cannot watch the program: {e}");
             }
         };
-    if let Some(engine) = engine {
-        let mut forwarded = false;
-        let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
-            forward_sigterm(pid, &mut forwarded);
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    status = Some(s);
-                    Some("exited")
+        if let Some(engine) = engine {
+            let mut forwarded = false;
+            let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
+                forward_sigterm(pid, &mut forwarded);
+                match child.try_wait() {
+                    Ok(Some(s)) => {
+                        status = Some(s);
+                        Some("exited")
+                    }
+                    _ => None,
                 }
-                _ => None,
-            }
-        });
-        finish(engine, &args.detect, ended_by, elapsed, true)?;
-    }
+            });
+            finish(engine, &args.detect, ended_by, elapsed, true)?;
+        }
     }
     let status = match status {
         Some(s) => s,
@@ -347,9 +355,19 @@ fn live_line(engine: &Engine, elapsed: Duration) {
     );
 }
 
-fn finish(engine: Engine, args: &DetectArgs, ended_by: &str, elapsed_s: f64, to_stderr: bool) -> Result<()> {
+fn finish(
+    engine: Engine,
+    args: &DetectArgs,
+    ended_by: &str,
+    elapsed_s: f64,
+    to_stderr: bool,
+) -> Result<()> {
     let pid = engine.pid();
-    let action = if args.observe { Action::Observe } else { Action::Deschedule };
+    let action = if args.observe {
+        Action::Observe
+    } else {
+        Action::Deschedule
+    };
     let report = engine.finish();
     if let Some(path) = &args.record {
         let text = serde_json::to_string(&report.samples)?;
@@ -368,7 +386,11 @@ fn finish(engine: Engine, args: &DetectArgs, ended_by: &str, elapsed_s: f64, to_
     if let Some(path) = &args.summary_out {
         std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let text = if args.json { json } else { summary_text(&summary) };
+    let text = if args.json {
+        json
+    } else {
+        summary_text(&summary)
+    };
     if to_stderr {
         let _ = writeln!(std::io::stderr(), "{text}");
     } else {
@@ -400,7 +422,11 @@ fn summary_text(s: &Summary) -> String {
     out += &format!(
         "  false-positive bound: {} episodes ended at the next sample{}",
         st.false_positive_bound,
-        if st.code_readable { "" } else { "\n  note: the program's code was unreadable; PAUSE-based detection was off" }
+        if st.code_readable {
+            ""
+        } else {
+            "\n  note: the program's code was unreadable; PAUSE-based detection was off"
+        }
     );
     out
 }
@@ -409,7 +435,9 @@ fn summary_text(s: &Summary) -> String {
 pub fn watchdog() -> Result<bool> {
     let n = vsched_spin::watchdog::serve(std::io::stdin().lock());
     if n > 0 {
-        eprintln!("vsched spin-watchdog: vsched ended without restoring {n} thread(s); restored them");
+        eprintln!(
+            "vsched spin-watchdog: vsched ended without restoring {n} thread(s); restored them"
+        );
     }
     Ok(true)
 }

@@ -60,13 +60,21 @@ pub fn run(args: ZooArgs) -> Result<bool> {
         std::io::stdin().lock().read_line(&mut line)?;
     }
     let truth = match args.program {
-        ZooProgram::Ring { threads, handoffs, work_us } => {
+        ZooProgram::Ring {
+            threads,
+            handoffs,
+            work_us,
+        } => {
             if threads < 2 {
                 bail!("a ring needs at least 2 threads");
             }
             programs::ring(threads, handoffs, work_us)
         }
-        ZooProgram::Pipeline { stages, items, work_us } => {
+        ZooProgram::Pipeline {
+            stages,
+            items,
+            work_us,
+        } => {
             if stages < 2 {
                 bail!("a pipeline needs at least 2 stages");
             }
@@ -74,8 +82,16 @@ pub fn run(args: ZooArgs) -> Result<bool> {
         }
         ZooProgram::Spin { lock, episodes } => programs::spin_episodes(&lock, episodes)
             .ok_or_else(|| anyhow!("unknown lock {lock:?}; known: {}", locks::NAMES.join(", ")))?,
-        ZooProgram::Compute { kernel, threads, passes } => programs::compute(&kernel, threads, passes)
-            .ok_or_else(|| anyhow!("unknown kernel {kernel:?}; known: {}", compute::NAMES.join(", ")))?,
+        ZooProgram::Compute {
+            kernel,
+            threads,
+            passes,
+        } => programs::compute(&kernel, threads, passes).ok_or_else(|| {
+            anyhow!(
+                "unknown kernel {kernel:?}; known: {}",
+                compute::NAMES.join(", ")
+            )
+        })?,
     };
     println!("{}", serde_json::to_string(&truth)?);
     Ok(true)

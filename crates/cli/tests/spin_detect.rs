@@ -29,7 +29,14 @@ fn endless_ring() -> Program {
     let threads = four_x();
     Program(
         Command::new(VSCHED)
-            .args(["spin-zoo", "ring", "--threads", &threads, "--handoffs", "1000000000000"])
+            .args([
+                "spin-zoo",
+                "ring",
+                "--threads",
+                &threads,
+                "--handoffs",
+                "1000000000000",
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting the ring"),
@@ -38,7 +45,10 @@ fn endless_ring() -> Program {
 
 fn tids(pid: u32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -65,9 +75,20 @@ fn ring_seconds(detect: bool, handoffs: u64) -> f64 {
     if detect {
         args.extend(["run", "--spin-detect", "--", VSCHED]);
     }
-    args.extend(["spin-zoo", "ring", "--threads", &threads, "--handoffs", &handoffs]);
+    args.extend([
+        "spin-zoo",
+        "ring",
+        "--threads",
+        &threads,
+        "--handoffs",
+        &handoffs,
+    ]);
     let out = vsched(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     truth["elapsed_s"].as_f64().unwrap()
 }
@@ -97,8 +118,20 @@ fn observe_mode_counts_spinning_and_changes_nothing() {
     let _guard = serial();
     let ring = endless_ring();
     let pid = ring.0.id().to_string();
-    let out = vsched(&["spin-detect", "--pid", &pid, "--observe", "--duration", "500ms", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = vsched(&[
+        "spin-detect",
+        "--pid",
+        &pid,
+        "--observe",
+        "--duration",
+        "500ms",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["schema"], "vsched.spin-detect");
     assert_eq!(s["ended_by"], "duration");
@@ -115,7 +148,9 @@ fn detector_with_demotions(ring: &Program) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("a demoted thread", Duration::from_secs(10), || idle_threads(ring.0.id()) > 0);
+    wait_for("a demoted thread", Duration::from_secs(10), || {
+        idle_threads(ring.0.id()) > 0
+    });
     det
 }
 
@@ -139,9 +174,11 @@ fn sigkill_leaves_restoration_to_the_watchdog() {
     let mut det = detector_with_demotions(&ring);
     det.kill().unwrap();
     det.wait().unwrap();
-    wait_for("the watchdog to restore the threads", Duration::from_secs(5), || {
-        idle_threads(ring.0.id()) == 0
-    });
+    wait_for(
+        "the watchdog to restore the threads",
+        Duration::from_secs(5),
+        || idle_threads(ring.0.id()) == 0,
+    );
 }
 
 #[test]
@@ -161,8 +198,14 @@ fn bad_input_is_refused_clearly() {
         (&["spin-detect", "--pid", "1", "--repeats", "9"], "repeats"),
         (&["spin-detect", "--pid", "1", "--period", "1us"], "10us"),
         (&["spin-detect", "--pid", "1", "--slice", "1s"], "slice"),
-        (&["spin-detect", "--pid", "1", "--lease", "-1ms"], "negative"),
-        (&["run", "--spin-detect", "--", "/nonexistent/program"], "cannot run"),
+        (
+            &["spin-detect", "--pid", "1", "--lease", "-1ms"],
+            "negative",
+        ),
+        (
+            &["run", "--spin-detect", "--", "/nonexistent/program"],
+            "cannot run",
+        ),
     ];
     for (args, needle) in cases {
         let out = vsched(args);

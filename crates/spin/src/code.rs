@@ -67,7 +67,10 @@ mod tests {
         let f = spin_hint as fn() as usize as u64;
         // Find the PAUSE within the function's first bytes.
         let found = (0..32).any(|off| sites.at_pause(f + off));
-        assert!(found, "no PAUSE found in a function that executes spin_loop()");
+        assert!(
+            found,
+            "no PAUSE found in a function that executes spin_loop()"
+        );
         // Plain arithmetic code has none.
         #[inline(never)]
         fn add(a: u64, b: u64) -> u64 {

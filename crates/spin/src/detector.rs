@@ -54,7 +54,10 @@ impl Default for DetectorParams {
 impl DetectorParams {
     pub fn validate(&self) -> Result<(), String> {
         if self.window < 2 || self.window > 64 {
-            return Err(format!("window must be 2..=64 samples, got {}", self.window));
+            return Err(format!(
+                "window must be 2..=64 samples, got {}",
+                self.window
+            ));
         }
         if self.repeats == 0 || self.repeats >= self.window {
             return Err(format!(
@@ -63,7 +66,10 @@ impl DetectorParams {
             ));
         }
         if self.pauses == 0 || self.pauses > self.window {
-            return Err(format!("pauses must be 1..={}, got {}", self.window, self.pauses));
+            return Err(format!(
+                "pauses must be 1..={}, got {}",
+                self.window, self.pauses
+            ));
         }
         Ok(())
     }
@@ -159,7 +165,10 @@ impl ThreadDetector {
         };
         let known = self.known_states.contains(&seen.signature)
             || (seen.after_pause && self.known_pause_ips.contains(&seen.ip))
-            || self.known_loops.iter().any(|l| l.matches(seen.ip, &seen.regs));
+            || self
+                .known_loops
+                .iter()
+                .any(|l| l.matches(seen.ip, &seen.regs));
         if self.window.len() == p.window {
             self.window.pop_front();
         }
@@ -190,7 +199,10 @@ impl ThreadDetector {
                 if e.after_pause {
                     remember(&mut self.known_pause_ips, e.ip, p.memory);
                 }
-                if (repeated[i] || e.after_pause) && !self.episode_ips.contains(&e.ip) && self.episode_ips.len() < 16 {
+                if (repeated[i] || e.after_pause)
+                    && !self.episode_ips.contains(&e.ip)
+                    && self.episode_ips.len() < 16
+                {
                     self.episode_ips.push(e.ip);
                 }
             }
@@ -276,7 +288,15 @@ mod tests {
         for _ in 0..4 {
             transitions.push(d.observe(&sample(0x1000, 1, false), &p));
         }
-        assert_eq!(transitions, [Transition::None, Transition::None, Transition::None, Transition::Started]);
+        assert_eq!(
+            transitions,
+            [
+                Transition::None,
+                Transition::None,
+                Transition::None,
+                Transition::Started
+            ]
+        );
         assert!(d.spinning());
     }
 
@@ -285,7 +305,10 @@ mod tests {
         let p = DetectorParams::default();
         let mut d = ThreadDetector::new();
         for i in 0..1000 {
-            assert_eq!(d.observe(&sample(0x2000 + (i % 3) * 4, i, false), &p), Transition::None);
+            assert_eq!(
+                d.observe(&sample(0x2000 + (i % 3) * 4, i, false), &p),
+                Transition::None
+            );
         }
         assert!(!d.spinning());
     }
@@ -312,7 +335,10 @@ mod tests {
         assert_eq!(d.observe(&sample(0x9000, 50, false), &p), Transition::Ended);
         assert_eq!(d.observe(&sample(0x9010, 51, false), &p), Transition::None);
         // Back in the same wait: one sample is enough.
-        assert_eq!(d.observe(&sample(0x1000, 1, false), &p), Transition::Started);
+        assert_eq!(
+            d.observe(&sample(0x1000, 1, false), &p),
+            Transition::Started
+        );
     }
 
     #[test]
@@ -337,9 +363,15 @@ mod tests {
     #[test]
     fn params_are_validated() {
         assert!(DetectorParams::default().validate().is_ok());
-        let bad = DetectorParams { repeats: 4, ..Default::default() };
+        let bad = DetectorParams {
+            repeats: 4,
+            ..Default::default()
+        };
         assert!(bad.validate().is_err());
-        let bad = DetectorParams { window: 1, ..Default::default() };
+        let bad = DetectorParams {
+            window: 1,
+            ..Default::default()
+        };
         assert!(bad.validate().is_err());
     }
 }

@@ -162,7 +162,13 @@ impl Load {
 
 /// The "running" half of /proc/loadavg's fourth field ("3/120").
 fn runnable_tasks(loadavg: &str) -> Option<usize> {
-    loadavg.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
+    loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// How often the thread list is re-read (threads created later).
@@ -222,7 +228,10 @@ impl Engine {
 
     /// Threads demoted right now.
     pub fn demoted_now(&self) -> usize {
-        self.threads.values().filter(|t| t.demotion.is_some()).count()
+        self.threads
+            .values()
+            .filter(|t| t.demotion.is_some())
+            .count()
     }
 
     /// Follows the process's thread list: samples new threads, forgets ended ones.
@@ -320,13 +329,16 @@ impl Engine {
             }
         }
         self.pollfds.clear();
-        self.pollfds.extend(self.threads.values().filter(|t| t.suspect_since.is_some()).map(|t| {
-            libc::pollfd {
-                fd: t.sampler.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }
-        }));
+        self.pollfds.extend(
+            self.threads
+                .values()
+                .filter(|t| t.suspect_since.is_some())
+                .map(|t| libc::pollfd {
+                    fd: t.sampler.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+        );
         let ts = libc::timespec {
             tv_sec: (timeout_ns / 1_000_000_000) as i64,
             tv_nsec: (timeout_ns % 1_000_000_000) as i64,
@@ -402,7 +414,9 @@ impl Engine {
         }
         // A spinning thread is demoted (again, if its lease ran out). A sample
         // taken while demoted shows it ran only because nothing else could.
-        let Some(t) = self.threads.get(&tid) else { return };
+        let Some(t) = self.threads.get(&tid) else {
+            return;
+        };
         if !t.detector.spinning() || self.cfg.action != Action::Deschedule {
             return;
         }
@@ -428,7 +442,9 @@ impl Engine {
         if original.policy == sched::SCHED_IDLE {
             return; // already as low as it goes
         }
-        let Some(watchdog) = &mut self.watchdog else { return };
+        let Some(watchdog) = &mut self.watchdog else {
+            return;
+        };
         // Journal first: if vsched dies right after the change, the watchdog knows.
         if watchdog.demoting(self.pid, tid, &original).is_err() {
             self.stats.sched_failures += 1;
@@ -455,14 +471,19 @@ impl Engine {
     /// task's priority number is a change the kernel acts on immediately.
     fn kick(&mut self, tid: i32) {
         let demoted = sched::demoted(self.cfg.slice_ns);
-        let step = SchedAttr { nice: demoted.nice - 1, ..demoted };
+        let step = SchedAttr {
+            nice: demoted.nice - 1,
+            ..demoted
+        };
         if sched::set_or_plain(tid, &step).is_ok() && sched::set_or_plain(tid, &demoted).is_ok() {
             self.stats.kicks += 1;
         }
     }
 
     fn restore(&mut self, tid: i32) {
-        let Some(t) = self.threads.get_mut(&tid) else { return };
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
         let Some(d) = t.demotion.take() else { return };
         if sched::set(tid, &d.original).is_err() && threads_alive(self.pid, tid) {
             self.stats.sched_failures += 1;
@@ -567,7 +588,10 @@ fn raise_fd_limit() {
 mod tests {
     #[test]
     fn parses_runnable_tasks() {
-        assert_eq!(super::runnable_tasks("0.50 0.40 0.30 3/120 1234\n"), Some(3));
+        assert_eq!(
+            super::runnable_tasks("0.50 0.40 0.30 3/120 1234\n"),
+            Some(3)
+        );
         assert_eq!(super::runnable_tasks("garbage"), None);
     }
 }

@@ -91,7 +91,13 @@ impl ThreadSampler {
         attr.set_use_clockid(1);
         // SAFETY: attr is fully initialised; pid = tid, any CPU, no group.
         let fd = unsafe {
-            sys::perf_event_open(&mut attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
+            sys::perf_event_open(
+                &mut attr,
+                tid,
+                -1,
+                -1,
+                sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
+            )
         };
         if fd < 0 {
             let e = io::Error::last_os_error();

@@ -112,9 +112,13 @@ pub fn demoted(slice_ns: u64) -> SchedAttr {
 /// Sets `attr`, and if the kernel rejects the custom slice (before 6.12), without it.
 pub fn set_or_plain(tid: i32, attr: &SchedAttr) -> io::Result<()> {
     match set(tid, attr) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && attr.runtime != 0 => {
-            set(tid, &SchedAttr { runtime: 0, ..*attr })
-        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && attr.runtime != 0 => set(
+            tid,
+            &SchedAttr {
+                runtime: 0,
+                ..*attr
+            },
+        ),
         other => other,
     }
 }

@@ -61,8 +61,14 @@ impl Watchdog {
 /// One journal entry.
 #[derive(Debug, PartialEq)]
 enum Entry {
-    Demoted { tgid: i32, tid: i32, original: SchedAttr },
-    Restored { tid: i32 },
+    Demoted {
+        tgid: i32,
+        tid: i32,
+        original: SchedAttr,
+    },
+    Restored {
+        tid: i32,
+    },
 }
 
 fn parse(line: &str) -> Option<Entry> {
@@ -80,7 +86,11 @@ fn parse(line: &str) -> Option<Entry> {
                 deadline: n()? as u64,
                 period: n()? as u64,
             };
-            Some(Entry::Demoted { tgid, tid, original })
+            Some(Entry::Demoted {
+                tgid,
+                tid,
+                original,
+            })
         }
         "R" => Some(Entry::Restored {
             tid: words.next()?.parse().ok()?,
@@ -101,7 +111,11 @@ pub fn serve(input: impl BufRead) -> usize {
     for line in input.lines() {
         let Ok(line) = line else { break };
         match parse(&line) {
-            Some(Entry::Demoted { tgid, tid, original }) => {
+            Some(Entry::Demoted {
+                tgid,
+                tid,
+                original,
+            }) => {
                 demoted.insert(tid, (tgid, original));
             }
             Some(Entry::Restored { tid }) => {
@@ -148,7 +162,11 @@ mod tests {
         };
         assert_eq!(
             parse("D 10 11 1 -5 3 1 0 0 0"),
-            Some(Entry::Demoted { tgid: 10, tid: 11, original: a })
+            Some(Entry::Demoted {
+                tgid: 10,
+                tid: 11,
+                original: a
+            })
         );
         assert_eq!(parse("R 11"), Some(Entry::Restored { tid: 11 }));
         assert_eq!(parse("D 10"), None);

@@ -39,7 +39,10 @@ fn every_recorded_wait_is_detected() {
         let mut checked = 0;
         for e in &rec.truth.episodes {
             let d = decisions(&rec, e.tid);
-            let in_episode: Vec<_> = d.iter().filter(|(t, _, _)| *t >= e.start_ns && *t <= e.end_ns).collect();
+            let in_episode: Vec<_> = d
+                .iter()
+                .filter(|(t, _, _)| *t >= e.start_ns && *t <= e.end_ns)
+                .collect();
             if in_episode.len() < 4 {
                 continue; // too few samples in this wait to decide anything
             }
@@ -51,7 +54,10 @@ fn every_recorded_wait_is_detected() {
                 in_episode.len()
             );
         }
-        assert!(checked >= 3, "{name}: only {checked} waits long enough to check");
+        assert!(
+            checked >= 3,
+            "{name}: only {checked} waits long enough to check"
+        );
     }
 }
 
@@ -72,6 +78,9 @@ fn compute_code_is_never_called_spinning() {
                 assert!(!spinning, "{name}: compute thread {tid} called spinning");
             }
         }
-        assert!(windows > 500, "{name}: only {windows} decision windows recorded");
+        assert!(
+            windows > 500,
+            "{name}: only {windows} decision windows recorded"
+        );
     }
 }

@@ -83,7 +83,9 @@ impl Kernel {
                 let mut x = s | 1;
                 let mask = self.a.len() - 1;
                 for _ in 0..(1 << 15) {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     let i = (x >> 33) as usize & mask;
                     self.a[i] = self.a[i].wrapping_add(x);
                 }
@@ -164,7 +166,9 @@ impl Kernel {
                 let mut found = 0u64;
                 let mut key = s;
                 for _ in 0..(1 << 12) {
-                    key = key.wrapping_mul(2862933555777941757).wrapping_add(3037000493);
+                    key = key
+                        .wrapping_mul(2862933555777941757)
+                        .wrapping_add(3037000493);
                     if sorted.binary_search(&key).is_ok() {
                         found += 1;
                     }
@@ -198,7 +202,10 @@ mod tests {
             };
             let a = run(42);
             assert_eq!(a, run(42), "{name} must be deterministic");
-            assert!(a[0] != a[1] || a[1] != a[2], "{name} must depend on its pass seed");
+            assert!(
+                a[0] != a[1] || a[1] != a[2],
+                "{name} must depend on its pass seed"
+            );
         }
         assert!(super::Kernel::new("nope", 1).is_none());
     }

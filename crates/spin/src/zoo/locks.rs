@@ -72,7 +72,11 @@ impl<const MODE: u8> SpinLock for FlagLock<MODE> {
                 }
                 _ => while still_set(&self.busy) {},
             }
-            if self.busy.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+            if self
+                .busy
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok()
+            {
                 return 0;
             }
         }
@@ -189,7 +193,9 @@ pub struct Anderson {
 }
 impl Anderson {
     fn new() -> Self {
-        let slots: Box<[Padded<AtomicBool>]> = (0..SLOTS).map(|i| Padded(AtomicBool::new(i == 0))).collect();
+        let slots: Box<[Padded<AtomicBool>]> = (0..SLOTS)
+            .map(|i| Padded(AtomicBool::new(i == 0)))
+            .collect();
         Anderson {
             next: AtomicUsize::new(0),
             slots,
@@ -256,7 +262,10 @@ impl SpinLock for Mcs {
                 spin_loop();
             }
         }
-        self.nodes[node.next.load(Acquire) - 1].0.locked.store(false, Release);
+        self.nodes[node.next.load(Acquire) - 1]
+            .0
+            .locked
+            .store(false, Release);
     }
 }
 
@@ -268,7 +277,8 @@ pub struct Clh {
 }
 impl Clh {
     fn new() -> Self {
-        let nodes: Box<[Padded<AtomicBool>]> = (0..SLOTS).map(|_| Padded(AtomicBool::new(false))).collect();
+        let nodes: Box<[Padded<AtomicBool>]> =
+            (0..SLOTS).map(|_| Padded(AtomicBool::new(false))).collect();
         Clh {
             tail: AtomicUsize::new(0),
             nodes,
@@ -333,7 +343,11 @@ impl SpinLock for CountedPause {
                 i += 1;
             }
             std::hint::black_box(i);
-            if self.busy.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+            if self
+                .busy
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok()
+            {
                 return 0;
             }
         }

@@ -12,7 +12,10 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid clock and out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -120,7 +123,11 @@ pub fn spin_episodes(lock_name: &str, episodes: usize) -> Option<Truth> {
         let t = lock.lock();
         let e = now_ns();
         lock.unlock(t);
-        eps.push(Episode { tid: me, start_ns: s, end_ns: e });
+        eps.push(Episode {
+            tid: me,
+            start_ns: s,
+            end_ns: e,
+        });
         work.run(rng.between(500.0, 2000.0));
         done.wait();
     }
@@ -233,7 +240,8 @@ impl SpinQueue {
 /// A pipeline of `stages` threads joined by spinning queues; each stage works
 /// `work_us` per item.
 pub fn pipeline(stages: usize, items: u64, work_us: f64) -> Truth {
-    let queues: Arc<Vec<SpinQueue>> = Arc::new((0..stages - 1).map(|_| SpinQueue::new(8)).collect());
+    let queues: Arc<Vec<SpinQueue>> =
+        Arc::new((0..stages - 1).map(|_| SpinQueue::new(8)).collect());
     let work = Arc::new(Work::calibrate());
     let checksum = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -258,7 +266,11 @@ pub fn pipeline(stages: usize, items: u64, work_us: f64) -> Truth {
     }
     // Each item passed stages-1 increments: the sum is fixed, or items were lost.
     let expect = (0..items).map(|i| i + stages as u64 - 1).sum::<u64>();
-    assert_eq!(checksum.load(Relaxed), expect, "pipeline lost or duplicated items");
+    assert_eq!(
+        checksum.load(Relaxed),
+        expect,
+        "pipeline lost or duplicated items"
+    );
     Truth {
         program: format!("pipeline:{stages}"),
         elapsed_s: start.elapsed().as_secs_f64(),
