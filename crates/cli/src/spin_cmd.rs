@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use vsched_spin::perf::OpenError;
+use vsched_spin::sample::now_ns;
 use vsched_spin::watchdog::Watchdog;
-use vsched_spin::zoo::programs::now_ns;
 use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
 
 const HOW_IT_WORKS: &str = "\

@@ -5,11 +5,11 @@
 use crate::code::PauseSites;
 use crate::detector::{DetectorParams, ThreadDetector, Transition};
 use crate::perf::{OpenError, ThreadSampler};
+use crate::sample::now_ns;
 use crate::sample::Sample;
 use crate::sched::{self, SchedAttr};
 use crate::threads;
 use crate::watchdog::Watchdog;
-use crate::zoo::programs::now_ns;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -6,20 +6,11 @@
 
 use super::compute::Kernel;
 use super::locks;
+pub use crate::sample::now_ns;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 fn gettid() -> i32 {
     // SAFETY: no preconditions.
