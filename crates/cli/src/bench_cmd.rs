@@ -389,71 +389,69 @@ fn effect(exe: &Path, args: &SpinBenchArgs, vcpus: usize) -> Result<Vec<EffectRo
     ];
     let mut rows = vec![];
     for case in &cases {
-        let mut per_unit_1x = f64::NAN;
-        for factor in [1usize, 4] {
-            let threads = (vcpus * factor).max(2);
-            let base_units = if factor == 1 {
-                case.units_detected
-            } else {
-                case.units_baseline_4x
-            };
-            let (mut base, mut det) = (vec![], vec![]);
-            for _ in 0..args.runs {
-                stopped()?;
-                let a = (case.build)(threads, base_units);
+        rows.extend(effect_rows(
+            case.program,
+            vcpus,
+            args.runs,
+            |threads, factor, detect| {
+                let units = if detect || factor == 1 {
+                    case.units_detected
+                } else {
+                    case.units_baseline_4x
+                };
+                let a = (case.build)(threads, units);
                 let a: Vec<&str> = a.iter().map(String::as_str).collect();
-                let t = zoo_run(exe, false, &a)?;
-                base.push(t.elapsed_s * 1e6 / t.units as f64);
-                let a = (case.build)(threads, case.units_detected);
-                let a: Vec<&str> = a.iter().map(String::as_str).collect();
-                let t = zoo_run(exe, true, &a)?;
-                det.push(t.elapsed_s * 1e6 / t.units as f64);
-            }
-            let (b, d) = (median(&mut base), median(&mut det));
-            if factor == 1 {
-                per_unit_1x = d;
-            }
-            rows.push(EffectRow {
-                program: case.program.to_string(),
-                threads,
-                oversubscription: factor,
-                baseline_us: b,
-                detected_us: d,
-                speedup: b / d,
-                vs_1x: d / per_unit_1x,
-            });
-        }
+                zoo_run(exe, detect, &a)
+            },
+        )?);
     }
     if let Some(omp) = build_openmp()? {
-        let mut per_unit_1x = f64::NAN;
-        for factor in [1usize, 4] {
-            let threads = (vcpus * factor).max(2);
-            let regions_det = "2000";
-            let regions_base = if factor == 1 { "2000" } else { "100" };
-            let (mut base, mut det) = (vec![], vec![]);
-            for _ in 0..args.runs {
-                stopped()?;
-                let prog = omp.to_str().expect("utf-8 temp path");
-                let t = omp_run(exe, false, prog, threads, regions_base)?;
-                base.push(t.elapsed_s * 1e6 / t.units as f64);
-                let t = omp_run(exe, true, prog, threads, regions_det)?;
-                det.push(t.elapsed_s * 1e6 / t.units as f64);
-            }
-            let (b, d) = (median(&mut base), median(&mut det));
-            if factor == 1 {
-                per_unit_1x = d;
-            }
-            rows.push(EffectRow {
-                program: "openmp-active".into(),
-                threads,
-                oversubscription: factor,
-                baseline_us: b,
-                detected_us: d,
-                speedup: b / d,
-                vs_1x: d / per_unit_1x,
-            });
-        }
+        let prog = omp.to_str().expect("utf-8 temp path");
+        let result = effect_rows(
+            "openmp-active",
+            vcpus,
+            args.runs,
+            |threads, factor, detect| {
+                let regions = if detect || factor == 1 { "2000" } else { "100" };
+                omp_run(exe, detect, prog, threads, regions)
+            },
+        );
         let _ = std::fs::remove_dir_all(omp.parent().expect("in a temp dir"));
+        rows.extend(result?);
+    }
+    Ok(rows)
+}
+
+/// One program at 1x and 4x: `run(threads, factor, detect)` runs it once
+/// without and once with detection per repetition, alternating; medians per unit.
+fn effect_rows(
+    program: &str,
+    vcpus: usize,
+    runs: usize,
+    mut run: impl FnMut(usize, usize, bool) -> Result<Truth>,
+) -> Result<Vec<EffectRow>> {
+    let mut rows: Vec<EffectRow> = vec![];
+    for factor in [1usize, 4] {
+        let threads = (vcpus * factor).max(2);
+        let (mut base, mut det) = (vec![], vec![]);
+        for _ in 0..runs {
+            stopped()?;
+            for (detect, times) in [(false, &mut base), (true, &mut det)] {
+                let t = run(threads, factor, detect)?;
+                times.push(t.elapsed_s * 1e6 / t.units as f64);
+            }
+        }
+        let (b, d) = (median(&mut base), median(&mut det));
+        let per_unit_1x = rows.first().map_or(d, |r| r.detected_us);
+        rows.push(EffectRow {
+            program: program.to_string(),
+            threads,
+            oversubscription: factor,
+            baseline_us: b,
+            detected_us: d,
+            speedup: b / d,
+            vs_1x: d / per_unit_1x,
+        });
     }
     Ok(rows)
 }
