@@ -1,0 +1,474 @@
+//! The C entry points that replace glibc's when the library is preloaded.
+//! Each casts the caller's pthread object to the runtime's view of it and
+//! translates between POSIX return conventions and the protocol modules.
+//!
+//! `extern "C-unwind"`: a cancellation (a forced unwind) may pass through
+//! the cancellation points among them (see cancel.rs).
+
+#![allow(clippy::missing_safety_doc)]
+
+use crate::barrier::RawBarrier;
+use crate::clock::{clock_supported, BadDeadline, Deadline};
+use crate::cond::{CondMutex, RawCond};
+use crate::mutex::RawMutex;
+use crate::real;
+use crate::rwlock::RawRwLock;
+use crate::sem::{RawSem, FUTEX_PRIVATE, VALUE_MAX};
+use crate::shim::AtomicU32;
+use crate::spin::RawSpin;
+use core::ffi::{c_int, c_uint};
+use core::sync::atomic::Ordering::Relaxed;
+use libc::{
+    clockid_t, pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t,
+    pthread_mutexattr_t, pthread_rwlock_t, pthread_rwlockattr_t, pthread_spinlock_t, sem_t, timespec,
+};
+
+// The runtime's views must fit inside glibc's objects.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<RawMutex>() <= size_of::<pthread_mutex_t>());
+    assert!(size_of::<RawCond>() <= size_of::<pthread_cond_t>());
+    assert!(size_of::<RawBarrier>() <= size_of::<pthread_barrier_t>());
+    assert!(size_of::<RawRwLock>() <= size_of::<pthread_rwlock_t>());
+    assert!(size_of::<RawSpin>() <= size_of::<pthread_spinlock_t>());
+    assert!(size_of::<RawSem>() <= size_of::<sem_t>());
+};
+
+/// # Safety
+/// `p` must point to a live object at least as large and aligned as `T`.
+unsafe fn view<'a, T, U>(p: *mut U) -> &'a T {
+    unsafe { &*(p as *const T) }
+}
+
+fn set_errno(e: c_int) -> c_int {
+    // SAFETY: errno is thread-local and always valid.
+    unsafe { *libc::__errno_location() = e };
+    -1
+}
+
+/// A deadline a timed wait will use; a deadline in the past becomes one at
+/// the epoch, so the wait times out after its first attempt, as glibc's does.
+fn timed(clock: clockid_t, at: *const timespec) -> Result<Deadline, BadDeadline> {
+    // SAFETY: POSIX requires a valid abstime pointer.
+    match Deadline::checked(clock, unsafe { &*at }) {
+        Err(BadDeadline::Passed) => Ok(Deadline { clock, at: timespec { tv_sec: 0, tv_nsec: 0 } }),
+        other => other,
+    }
+}
+
+// ---------------------------------------------------------------- mutexes
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_init(m: *mut pthread_mutex_t, a: *const pthread_mutexattr_t) -> c_int {
+    // glibc validates the attributes and writes the kind; the rest is zero.
+    unsafe { real::mutex_init(m, a) }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int {
+    unsafe { real::mutex_destroy(m) }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
+    let raw: &RawMutex = unsafe { view(m) };
+    if raw.handled_by_glibc() {
+        return unsafe { real::mutex_lock(m) };
+    }
+    raw.lock(None)
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int {
+    let raw: &RawMutex = unsafe { view(m) };
+    if raw.handled_by_glibc() {
+        return unsafe { real::mutex_trylock(m) };
+    }
+    raw.trylock()
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_timedlock(m: *mut pthread_mutex_t, at: *const timespec) -> c_int {
+    let raw: &RawMutex = unsafe { view(m) };
+    if raw.handled_by_glibc() {
+        return unsafe { real::mutex_timedlock(m, at) };
+    }
+    raw.lock(Some(timed(libc::CLOCK_REALTIME, at)))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_clocklock(
+    m: *mut pthread_mutex_t,
+    clock: clockid_t,
+    at: *const timespec,
+) -> c_int {
+    let raw: &RawMutex = unsafe { view(m) };
+    if raw.handled_by_glibc() {
+        return unsafe { real::mutex_clocklock(m, clock, at) };
+    }
+    if !clock_supported(clock) {
+        return libc::EINVAL;
+    }
+    raw.lock(Some(timed(clock, at)))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    let raw: &RawMutex = unsafe { view(m) };
+    if raw.handled_by_glibc() {
+        return unsafe { real::mutex_unlock(m) };
+    }
+    raw.unlock()
+}
+
+// ------------------------------------------------------- condition variables
+
+/// The mutex of a condition wait, whichever of glibc or the runtime owns it.
+struct WaitMutex(*mut pthread_mutex_t);
+
+impl WaitMutex {
+    fn raw(&self) -> &RawMutex {
+        // SAFETY: the caller of pthread_cond_wait passes a live mutex.
+        unsafe { view(self.0) }
+    }
+}
+
+impl CondMutex for WaitMutex {
+    fn release_for_wait(&self) -> i32 {
+        if self.raw().handled_by_glibc() {
+            // SAFETY: a live mutex.
+            return unsafe { real::mutex_unlock(self.0) };
+        }
+        self.raw().unlock()
+    }
+
+    fn reacquire(&self, after_sleep: bool) {
+        if self.raw().handled_by_glibc() {
+            // SAFETY: a live mutex. (A robust mutex's EOWNERDEAD is lost here.)
+            unsafe { real::mutex_lock(self.0) };
+        } else if after_sleep {
+            self.raw().lock_after_cond_sleep();
+        } else {
+            self.raw().lock(None);
+        }
+    }
+
+    fn requeue_word(&self) -> Option<&AtomicU32> {
+        (!self.raw().handled_by_glibc()).then(|| &self.raw().lock)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_init(c: *mut pthread_cond_t, a: *const pthread_condattr_t) -> c_int {
+    let mut flags = 0;
+    if !a.is_null() {
+        let (mut clock, mut pshared): (clockid_t, c_int) = (libc::CLOCK_REALTIME, 0);
+        unsafe {
+            libc::pthread_condattr_getclock(a, &mut clock);
+            libc::pthread_condattr_getpshared(a, &mut pshared);
+        }
+        if clock == libc::CLOCK_MONOTONIC {
+            flags |= crate::cond::FLAG_MONOTONIC;
+        }
+        if pshared == libc::PTHREAD_PROCESS_SHARED {
+            flags |= crate::cond::FLAG_SHARED;
+        }
+    }
+    unsafe { core::ptr::write_bytes(c, 0, 1) };
+    let raw: &RawCond = unsafe { view(c) };
+    raw.flags.store(flags, Relaxed);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_destroy(_c: *mut pthread_cond_t) -> c_int {
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int {
+    let raw: &RawCond = unsafe { view(c) };
+    raw.wait(&WaitMutex(m), None)
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_timedwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    at: *const timespec,
+) -> c_int {
+    let raw: &RawCond = unsafe { view(c) };
+    match timed(raw.clock(), at) {
+        Ok(d) => raw.wait(&WaitMutex(m), Some(&d)),
+        Err(_) => libc::EINVAL,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    clock: clockid_t,
+    at: *const timespec,
+) -> c_int {
+    let raw: &RawCond = unsafe { view(c) };
+    match timed(clock, at) {
+        Ok(d) => raw.wait(&WaitMutex(m), Some(&d)),
+        Err(_) => libc::EINVAL,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
+    unsafe { view::<RawCond, _>(c) }.signal();
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
+    unsafe { view::<RawCond, _>(c) }.broadcast();
+    0
+}
+
+// ---------------------------------------------------------------- barriers
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_barrier_init(
+    b: *mut pthread_barrier_t,
+    a: *const pthread_barrierattr_t,
+    count: c_uint,
+) -> c_int {
+    if count == 0 || count > i32::MAX as c_uint {
+        return libc::EINVAL;
+    }
+    let mut pshared: c_int = 0;
+    if !a.is_null() {
+        unsafe { libc::pthread_barrierattr_getpshared(a, &mut pshared) };
+    }
+    unsafe { core::ptr::write_bytes(b, 0, 1) };
+    let raw: &RawBarrier = unsafe { view(b) };
+    raw.count.store(count, Relaxed);
+    if pshared == libc::PTHREAD_PROCESS_SHARED {
+        raw.flags.store(crate::barrier::FLAG_SHARED, Relaxed);
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_barrier_destroy(b: *mut pthread_barrier_t) -> c_int {
+    if unsafe { view::<RawBarrier, _>(b) }.busy() {
+        return libc::EBUSY;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int {
+    if unsafe { view::<RawBarrier, _>(b) }.wait() {
+        libc::PTHREAD_BARRIER_SERIAL_THREAD
+    } else {
+        0
+    }
+}
+
+// -------------------------------------------------------------- spinlocks
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_spin_init(s: *mut pthread_spinlock_t, _pshared: c_int) -> c_int {
+    unsafe { view::<RawSpin, _>(s) }.word.store(0, Relaxed);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_spin_destroy(_s: *mut pthread_spinlock_t) -> c_int {
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_spin_lock(s: *mut pthread_spinlock_t) -> c_int {
+    unsafe { view::<RawSpin, _>(s) }.lock();
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_spin_trylock(s: *mut pthread_spinlock_t) -> c_int {
+    if unsafe { view::<RawSpin, _>(s) }.trylock() {
+        0
+    } else {
+        libc::EBUSY
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_spin_unlock(s: *mut pthread_spinlock_t) -> c_int {
+    unsafe { view::<RawSpin, _>(s) }.unlock();
+    0
+}
+
+// ------------------------------------------------------------------ rwlocks
+
+extern "C" {
+    fn pthread_rwlockattr_getkind_np(a: *const pthread_rwlockattr_t, kind: *mut c_int) -> c_int;
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_init(
+    rw: *mut pthread_rwlock_t,
+    a: *const pthread_rwlockattr_t,
+) -> c_int {
+    let (mut kind, mut pshared): (c_int, c_int) = (0, 0);
+    if !a.is_null() {
+        unsafe {
+            pthread_rwlockattr_getkind_np(a, &mut kind);
+            libc::pthread_rwlockattr_getpshared(a, &mut pshared);
+        }
+    }
+    unsafe { core::ptr::write_bytes(rw, 0, 1) };
+    let raw: &RawRwLock = unsafe { view(rw) };
+    raw.kind.store(kind as u32, Relaxed);
+    raw.shared.store(u32::from(pshared == libc::PTHREAD_PROCESS_SHARED), Relaxed);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_destroy(_rw: *mut pthread_rwlock_t) -> c_int {
+    0
+}
+
+/// glibc checks a timed rwlock's clock and abstime before trying.
+fn rw_timed(clock: clockid_t, at: *const timespec) -> Result<Deadline, c_int> {
+    timed(clock, at).map_err(|_| libc::EINVAL)
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_rdlock(rw: *mut pthread_rwlock_t) -> c_int {
+    unsafe { view::<RawRwLock, _>(rw) }.rdlock(None)
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_tryrdlock(rw: *mut pthread_rwlock_t) -> c_int {
+    unsafe { view::<RawRwLock, _>(rw) }.tryrdlock()
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_timedrdlock(rw: *mut pthread_rwlock_t, at: *const timespec) -> c_int {
+    match rw_timed(libc::CLOCK_REALTIME, at) {
+        Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.rdlock(Some(Ok(d))),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_clockrdlock(
+    rw: *mut pthread_rwlock_t,
+    clock: clockid_t,
+    at: *const timespec,
+) -> c_int {
+    match rw_timed(clock, at) {
+        Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.rdlock(Some(Ok(d))),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_wrlock(rw: *mut pthread_rwlock_t) -> c_int {
+    unsafe { view::<RawRwLock, _>(rw) }.wrlock(None)
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_trywrlock(rw: *mut pthread_rwlock_t) -> c_int {
+    unsafe { view::<RawRwLock, _>(rw) }.trywrlock()
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_timedwrlock(rw: *mut pthread_rwlock_t, at: *const timespec) -> c_int {
+    match rw_timed(libc::CLOCK_REALTIME, at) {
+        Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.wrlock(Some(Ok(d))),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_clockwrlock(
+    rw: *mut pthread_rwlock_t,
+    clock: clockid_t,
+    at: *const timespec,
+) -> c_int {
+    match rw_timed(clock, at) {
+        Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.wrlock(Some(Ok(d))),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(rw: *mut pthread_rwlock_t) -> c_int {
+    unsafe { view::<RawRwLock, _>(rw) }.unlock()
+}
+
+// -------------------------------------------------------------- semaphores
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c_uint) -> c_int {
+    if value > VALUE_MAX {
+        return set_errno(libc::EINVAL);
+    }
+    unsafe { core::ptr::write_bytes(s, 0, 1) };
+    let raw: &RawSem = unsafe { view(s) };
+    raw.value.store(value, Relaxed);
+    raw.private.store(if pshared != 0 { 0 } else { FUTEX_PRIVATE }, Relaxed);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_destroy(_s: *mut sem_t) -> c_int {
+    0
+}
+
+fn sem_result(e: c_int) -> c_int {
+    if e == 0 {
+        0
+    } else {
+        set_errno(e)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_wait(s: *mut sem_t) -> c_int {
+    sem_result(unsafe { view::<RawSem, _>(s) }.wait(None))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_trywait(s: *mut sem_t) -> c_int {
+    if unsafe { view::<RawSem, _>(s) }.try_wait() {
+        0
+    } else {
+        set_errno(libc::EAGAIN)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_timedwait(s: *mut sem_t, at: *const timespec) -> c_int {
+    match timed(libc::CLOCK_REALTIME, at) {
+        Ok(d) => sem_result(unsafe { view::<RawSem, _>(s) }.wait(Some(&d))),
+        Err(_) => set_errno(libc::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_clockwait(s: *mut sem_t, clock: clockid_t, at: *const timespec) -> c_int {
+    match timed(clock, at) {
+        Ok(d) => sem_result(unsafe { view::<RawSem, _>(s) }.wait(Some(&d))),
+        Err(_) => set_errno(libc::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_post(s: *mut sem_t) -> c_int {
+    sem_result(unsafe { view::<RawSem, _>(s) }.post())
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_getvalue(s: *mut sem_t, value: *mut c_int) -> c_int {
+    unsafe { *value = view::<RawSem, _>(s).value.load(Relaxed) as c_int };
+    0
+}

@@ -1,0 +1,118 @@
+//! Raw futex(2) calls. glibc has no wrapper; these go straight to the kernel
+//! so that nothing on a wait path calls back into interposed functions.
+
+use crate::clock::Deadline;
+use core::sync::atomic::AtomicU32;
+
+const FUTEX_WAIT_BITSET: i32 = 9;
+const FUTEX_WAKE: i32 = 1;
+const FUTEX_CMP_REQUEUE: i32 = 4;
+const FUTEX_PRIVATE_FLAG: i32 = 128;
+const FUTEX_CLOCK_REALTIME: i32 = 256;
+pub const BITSET_MATCH_ANY: u32 = u32::MAX;
+
+/// Why a futex wait returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitResult {
+    /// Woken by a wake, a signal, or spuriously.
+    Woken,
+    /// The word no longer held the expected value when the kernel looked.
+    Changed,
+    /// The deadline passed.
+    TimedOut,
+}
+
+fn op(base: i32, shared: bool) -> i32 {
+    if shared {
+        base
+    } else {
+        base | FUTEX_PRIVATE_FLAG
+    }
+}
+
+/// Sleeps while `*word == expected`, until woken or `deadline` (absolute, on
+/// its own clock: FUTEX_WAIT_BITSET takes absolute times on either clock).
+pub fn wait(word: &AtomicU32, expected: u32, deadline: Option<&Deadline>, shared: bool) -> WaitResult {
+    let (futex_op, ts_ptr) = wait_op(deadline, shared);
+    // SAFETY: word is a valid, aligned u32 for the duration of the call;
+    // ts_ptr is null or points to a live timespec.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            futex_op,
+            expected,
+            ts_ptr,
+            core::ptr::null::<u32>(),
+            BITSET_MATCH_ANY,
+        )
+    };
+    if rc == 0 {
+        WaitResult::Woken
+    } else {
+        result_of_errno(errno())
+    }
+}
+
+/// The futex operation and timeout pointer of a wait until `deadline`.
+pub fn wait_op(deadline: Option<&Deadline>, shared: bool) -> (i32, *const libc::timespec) {
+    let mut futex_op = op(FUTEX_WAIT_BITSET, shared);
+    let ts_ptr = match deadline {
+        Some(d) => {
+            if d.clock == libc::CLOCK_REALTIME {
+                futex_op |= FUTEX_CLOCK_REALTIME;
+            }
+            &d.at as *const libc::timespec
+        }
+        None => core::ptr::null(),
+    };
+    (futex_op, ts_ptr)
+}
+
+pub fn result_of_errno(errno: i32) -> WaitResult {
+    match errno {
+        libc::EAGAIN => WaitResult::Changed,
+        libc::ETIMEDOUT => WaitResult::TimedOut,
+        _ => WaitResult::Woken,
+    }
+}
+
+/// Wakes up to `n` sleepers on `word`.
+pub fn wake(word: &AtomicU32, n: i32, shared: bool) {
+    // SAFETY: plain futex wake on a valid address.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op(FUTEX_WAKE, shared), n);
+    }
+}
+
+/// Wakes one sleeper on `from` and moves the others to `to`'s wait queue,
+/// provided `*from` still equals `expected`. False when it did not (the
+/// caller then wakes everyone instead).
+pub fn wake_one_requeue_rest(from: &AtomicU32, expected: u32, to: &AtomicU32) -> bool {
+    // SAFETY: both addresses are valid u32s; val2 (the requeue count) is
+    // passed in the timeout slot, as the futex ABI specifies.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            from.as_ptr(),
+            op(FUTEX_CMP_REQUEUE, false),
+            1,
+            i32::MAX as usize,
+            to.as_ptr(),
+            expected,
+        )
+    };
+    rc >= 0
+}
+
+pub fn yield_now() {
+    // SAFETY: no arguments.
+    unsafe {
+        libc::sched_yield();
+    }
+}
+
+fn errno() -> i32 {
+    // SAFETY: glibc's thread-local errno location is always valid.
+    unsafe { *libc::__errno_location() }
+}
