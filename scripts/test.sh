@@ -30,3 +30,6 @@ cargo build --release --workspace --all-targets
 echo "== tests"
 # Integration tests serialise themselves (they probe the whole machine).
 cargo test --release --workspace --all-targets
+echo "== loom model checks of the synchronisation runtime"
+# A separate target directory: --cfg loom rebuilds everything differently.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p vsched-sync --test loom

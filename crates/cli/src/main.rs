@@ -1,12 +1,14 @@
 //! `vsched`: makes multithreaded programs run well on cloud vCPUs.
 
 mod bench_cmd;
+mod exec_cmd;
 mod lab_cmd;
 mod probe_cmd;
 mod progress;
 mod render;
 mod signals;
 mod spin_cmd;
+mod wake_cost;
 mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +42,8 @@ enum Command {
     SpinDetect(spin_cmd::SpinDetectArgs),
     /// Run a program under vsched (--spin-detect: deschedule its spinning threads)
     Run(spin_cmd::RunArgs),
+    /// Run a program with vsched's synchronisation runtime preloaded (oversubscription-friendly pthreads)
+    Exec(exec_cmd::ExecArgs),
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
@@ -57,6 +61,15 @@ fn main() -> ExitCode {
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::SpinZoo(args) => zoo_cmd::run(args),
+        Command::Exec(args) => {
+            return match exec_cmd::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("vsched: error: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Run(args) => {
             return match spin_cmd::run(args) {
                 Ok(code) => ExitCode::from(code),

@@ -14,7 +14,7 @@
 
 use crate::clock::{mono_ns, Deadline};
 use crate::futex::WaitResult;
-use crate::shim::{futex_wait, yield_now, AtomicU32};
+use crate::shim::{fence, futex_wait, yield_now, AtomicU32};
 use crate::stats::{bump, Counter};
 use core::sync::atomic::Ordering::SeqCst;
 
@@ -75,9 +75,7 @@ impl<'d> Backoff<'d> {
                     self.phase = after_spinning();
                 }
                 Phase::Yield { since_ns, yields } => {
-                    let still_oversubscribed = yields % YIELDS_PER_LOAD_CHECK != YIELDS_PER_LOAD_CHECK - 1
-                        || crate::load::oversubscribed();
-                    if still_oversubscribed && mono_ns().saturating_sub(since_ns) < crate::config::yield_ns() {
+                    if keep_yielding(since_ns, yields) {
                         bump(Counter::yields);
                         yield_now();
                         self.phase = Phase::Yield { since_ns, yields: yields + 1 };
@@ -120,6 +118,15 @@ fn first_phase() -> Phase {
     }
 }
 
+/// Yield again: still oversubscribed (looked up every few yields) and
+/// within the yield budget.
+#[cfg(not(loom))]
+fn keep_yielding(since_ns: u64, yields: u32) -> bool {
+    let still_oversubscribed =
+        yields % YIELDS_PER_LOAD_CHECK != YIELDS_PER_LOAD_CHECK - 1 || crate::load::oversubscribed();
+    still_oversubscribed && mono_ns().saturating_sub(since_ns) < crate::config::yield_ns()
+}
+
 #[cfg(not(loom))]
 fn after_spinning() -> Phase {
     if crate::load::oversubscribed() {
@@ -130,10 +137,15 @@ fn after_spinning() -> Phase {
 }
 
 // Under loom: one yield, then sleep, so both the retry and the sleep paths
-// are explored without depending on the machine.
+// are explored, deterministically (no clock, no machine state).
 #[cfg(loom)]
 fn first_phase() -> Phase {
-    Phase::Yield { since_ns: mono_ns(), yields: YIELDS_PER_LOAD_CHECK }
+    Phase::Yield { since_ns: 0, yields: 0 }
+}
+
+#[cfg(loom)]
+fn keep_yielding(_since_ns: u64, yields: u32) -> bool {
+    yields < 1
 }
 
 #[cfg(loom)]
@@ -143,8 +155,11 @@ fn after_spinning() -> Phase {
 
 /// Sleeps while `*word == expected`, announcing itself in `sleepers` so a
 /// waker that changes `word` and then finds no sleepers may skip the
-/// wake-up call. Both sides use SeqCst: either the waker sees the sleeper
-/// or the sleeper sees the new value (and the kernel re-checks it too).
+/// wake-up call. Both sides put a SeqCst fence between their write and
+/// their read (a store-buffering pattern): either the waker sees the
+/// sleeper or the sleeper sees the new value (and the kernel re-checks it
+/// too). The fences are what loom can verify; on x86 they cost little next
+/// to the system calls around them.
 pub fn sleep_while(
     word: &AtomicU32,
     expected: u32,
@@ -154,6 +169,7 @@ pub fn sleep_while(
     cancel: Option<&crate::cancel::Cancel>,
 ) -> WaitResult {
     sleepers.fetch_add(1, SeqCst);
+    fence(SeqCst);
     let result = if word.load(SeqCst) != expected {
         WaitResult::Changed
     } else {
@@ -167,8 +183,10 @@ pub fn sleep_while(
     result
 }
 
-/// Wakes up to `n` of `word`'s sleepers, if there are any.
+/// Wakes up to `n` of `word`'s sleepers, if there are any. Call after
+/// changing `word`.
 pub fn wake(word: &AtomicU32, sleepers: &AtomicU32, n: i32, shared: bool) {
+    fence(SeqCst);
     if sleepers.load(SeqCst) > 0 {
         bump(Counter::wakes);
         crate::shim::futex_wake(word, n, shared);

@@ -16,7 +16,7 @@ use crate::backoff::{sleep_while, wake, Backoff, Next};
 use crate::cancel::Cancel;
 use crate::clock::Deadline;
 use crate::futex::WaitResult;
-use crate::shim::{AtomicU32, AtomicU64};
+use crate::shim::{fence, AtomicU32, AtomicU64};
 use crate::stats::{bump, Counter};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::*;
@@ -137,6 +137,8 @@ impl RawCond {
             return;
         }
         let seq = self.seq.fetch_add(1, SeqCst).wrapping_add(1);
+        // Pairs with the fence in sleep_while (see there).
+        fence(SeqCst);
         if self.sleepers.load(SeqCst) == 0 {
             return;
         }

@@ -13,7 +13,7 @@
 use crate::backoff::{sleep_while, wake, Backoff, Next};
 use crate::clock::{BadDeadline, Deadline};
 use crate::futex::WaitResult;
-use crate::shim::{AtomicI32, AtomicU32};
+use crate::shim::{fence, AtomicI32, AtomicU32};
 use core::sync::atomic::Ordering::*;
 
 const WRITER: u32 = 1 << 31;
@@ -148,6 +148,9 @@ impl RawRwLock {
         if mode == Mode::Write {
             self.writers_waiting.fetch_add(1, SeqCst);
         }
+        // Pairs with the fence in unlock: the unlocker sees us waiting, or
+        // we see its release.
+        fence(SeqCst);
         let result = self.wait_for(mode, deadline.as_ref());
         if mode == Mode::Write {
             // A reader held back by this writer must re-check.
@@ -202,6 +205,7 @@ impl RawRwLock {
                 return 0;
             }
         }
+        fence(SeqCst);
         if self.waiting.load(SeqCst) > 0 {
             self.bump_and_wake();
         }

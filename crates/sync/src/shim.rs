@@ -4,10 +4,10 @@
 //! interleaving of the same protocol code.
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+pub use core::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64};
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+pub use loom::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64};
 
 #[cfg(not(loom))]
 pub use crate::futex::{wait as futex_wait, wake as futex_wake, yield_now};
