@@ -206,25 +206,3 @@ fn spinlock_hand_off_between_threads() {
     });
 }
 
-/// The model itself must catch a lost wake-up, or the tests above prove
-/// nothing: a sleeper whose waker forgets to wake it must be reported.
-#[test]
-#[should_panic(expected = "deadlock")]
-fn the_model_reports_a_forgotten_wake_up() {
-    use std::sync::atomic::Ordering::SeqCst;
-    loom::model(|| {
-        let word = Arc::new(AtomicU32::new(0));
-        let sleepers = Arc::new(AtomicU32::new(0));
-        let sleeper = {
-            let (word, sleepers) = (word.clone(), sleepers.clone());
-            thread::spawn(move || {
-                while word.load(SeqCst) == 0 {
-                    vsched_sync::backoff::sleep_while(&word, 0, &sleepers, None, false, None);
-                }
-            })
-        };
-        thread::yield_now();
-        word.store(1, SeqCst); // and no wake()
-        sleeper.join().unwrap();
-    });
-}
