@@ -1,0 +1,163 @@
+//! End-to-end tests of `vsched exec`: the runtime is really preloaded and
+//! used, the program's exit status passes through, the statistics arrive,
+//! and bad input is refused with a clear message.
+
+mod common;
+
+use common::vsched;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
+
+fn library() -> PathBuf {
+    let lib = Path::new(VSCHED).with_file_name("libvsched_sync.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: build the workspace first (cargo build --release --workspace)",
+        lib.display()
+    );
+    lib
+}
+
+/// A temporary directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("vsched-exec-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Eight threads on a mutex and a condition-variable token ring: waits are
+/// certain, and a wrong runtime shows up as a wrong total or a hang.
+const PROGRAM: &str = r#"
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static long counter, turn;
+enum { THREADS = 8, ROUNDS = 2000 };
+static void *worker(void *arg) {
+    long me = (long)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        pthread_mutex_lock(&m);
+        counter++;
+        while (turn % THREADS != me) pthread_cond_wait(&c, &m);
+        turn++;
+        pthread_cond_broadcast(&c);
+        pthread_mutex_unlock(&m);
+    }
+    return 0;
+}
+int main(void) {
+    pthread_t t[THREADS];
+    for (long i = 0; i < THREADS; i++) pthread_create(&t[i], 0, worker, (void *)i);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], 0);
+    printf("loaded=%d counter=%ld turn=%ld\n", dlsym(RTLD_DEFAULT, "vsched_sync_version") != 0, counter, turn);
+    return counter == THREADS * ROUNDS && turn == THREADS * ROUNDS ? 0 : 1;
+}
+"#;
+
+fn build_program(dir: &Path) -> PathBuf {
+    let src = dir.join("ring.c");
+    let bin = dir.join("ring");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let status = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("running cc (apt-get install gcc)");
+    assert!(status.success(), "cc failed");
+    bin
+}
+
+#[test]
+fn preloads_the_runtime_and_reports_its_statistics() {
+    library();
+    let dir = TempDir::new("stats");
+    let program = build_program(&dir.0);
+    let stats = dir.0.join("stats.json");
+    let out = Command::new(VSCHED)
+        .arg("exec")
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("loaded=1 counter=16000 turn=16000"), "{stdout}");
+
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["schema"], "vsched.sync-stats");
+    // Eight threads passing one token: most of them wait every round.
+    assert!(json["counters"]["waits"].as_u64().unwrap() > 1000, "{json}");
+    assert!(json["vcpus"].as_u64().unwrap() >= 1);
+
+    // The same program without vsched runs on glibc's primitives.
+    let plain = Command::new(&program).output().unwrap();
+    assert!(String::from_utf8_lossy(&plain.stdout).contains("loaded=0"));
+}
+
+#[test]
+fn passes_the_exit_status_through() {
+    library();
+    let out = vsched(&["exec", "--spin-ns", "0", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = vsched(&["exec", "--", "sh", "-c", "kill -TERM $$"]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM));
+}
+
+#[test]
+fn prints_an_environment_that_preloads_the_runtime() {
+    let lib = library();
+    let out = vsched(&["exec", "--print-env", "--spin-ns", "1234"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lib = std::path::absolute(lib).unwrap();
+    assert!(text.contains(&format!("LD_PRELOAD='{}'", lib.display())), "{text}");
+    assert!(text.contains("VSCHED_SYNC_SPIN_NS='1234'"), "{text}");
+}
+
+#[test]
+fn refuses_bad_input_clearly() {
+    library();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["exec"], 2, "PROGRAM"),
+        (&["exec", "--", "/nonexistent/program"], 127, "command not found"),
+        (&["exec", "--library", "/nonexistent.so", "--", "true"], 2, "does not exist"),
+        (&["exec", "--spin-ns", "lots", "--", "true"], 2, "invalid value"),
+    ];
+    for (args, code, message) in cases {
+        let out = vsched(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn warns_that_a_static_program_cannot_be_preloaded() {
+    library();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| Path::new(p).is_file());
+    let Some(busybox) = busybox else {
+        panic!("busybox-static is needed (scripts/test.sh installs it)");
+    };
+    let out = vsched(&["exec", "--spin-ns", "0", "--", busybox, "true"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("statically linked"));
+}
