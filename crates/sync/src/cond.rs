@@ -85,7 +85,7 @@ impl RawCond {
             self.waiters.fetch_sub(1, SeqCst);
             return err;
         }
-        let state = Waiting { cond: self, mutex, slept: core::cell::Cell::new(false) };
+        let state = Waiting { cond: self, mutex, seq, slept: core::cell::Cell::new(false) };
         let cancel = Cancel::new(cancelled, &state as *const Waiting as *mut c_void);
         let timed_out = self.wait_for_bump(seq, deadline, &state, &cancel);
         self.waiters.fetch_sub(1, SeqCst);
@@ -162,14 +162,22 @@ impl RawCond {
 struct Waiting<'a> {
     cond: &'a RawCond,
     mutex: &'a dyn CondMutex,
+    /// The sequence number the waiter waited to move.
+    seq: u32,
     slept: core::cell::Cell<bool>,
 }
 
 /// Cleanup of a waiter cancelled inside wait: leave and re-acquire the
-/// mutex, as POSIX requires before the program's cleanup handlers run.
+/// mutex, as POSIX requires before the program's cleanup handlers run. If a
+/// signal arrived meanwhile, its futex wake-up may have gone to this
+/// thread: wake another sleeper so the signal is not lost with it.
 unsafe extern "C" fn cancelled(arg: *mut c_void) {
     // SAFETY: arg is the &Waiting of the cancelled wait, still on its stack.
     let state = unsafe { &*(arg as *const Waiting) };
-    state.cond.waiters.fetch_sub(1, SeqCst);
+    let cond = state.cond;
+    cond.waiters.fetch_sub(1, SeqCst);
+    if cond.seq.load(SeqCst) != state.seq {
+        wake(&cond.seq, &cond.sleepers, 1, cond.shared());
+    }
     state.mutex.reacquire(state.slept.get());
 }

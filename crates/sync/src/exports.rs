@@ -13,7 +13,7 @@ use crate::cond::{CondMutex, RawCond};
 use crate::mutex::RawMutex;
 use crate::real;
 use crate::rwlock::RawRwLock;
-use crate::sem::{RawSem, FUTEX_PRIVATE, VALUE_MAX};
+use crate::sem::{RawSem, FUTEX_PRIVATE, FUTEX_SHARED, VALUE_MAX};
 use crate::shim::AtomicU32;
 use crate::spin::RawSpin;
 use core::ffi::{c_int, c_uint};
@@ -415,7 +415,7 @@ pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c
     unsafe { core::ptr::write_bytes(s, 0, 1) };
     let raw: &RawSem = unsafe { view(s) };
     raw.value.store(value, Relaxed);
-    raw.private.store(if pshared != 0 { 0 } else { FUTEX_PRIVATE }, Relaxed);
+    raw.private.store(if pshared != 0 { FUTEX_SHARED } else { FUTEX_PRIVATE }, Relaxed);
     0
 }
 

@@ -20,6 +20,8 @@ pub enum WaitResult {
     Changed,
     /// The deadline passed.
     TimedOut,
+    /// A signal handler ran (only sem_wait reports this, as EINTR).
+    Interrupted,
 }
 
 fn op(base: i32, shared: bool) -> i32 {
@@ -73,6 +75,7 @@ pub fn result_of_errno(errno: i32) -> WaitResult {
     match errno {
         libc::EAGAIN => WaitResult::Changed,
         libc::ETIMEDOUT => WaitResult::TimedOut,
+        libc::EINTR => WaitResult::Interrupted,
         _ => WaitResult::Woken,
     }
 }

@@ -107,10 +107,11 @@ impl RawRwLock {
     }
 
     pub fn tryrdlock(&self) -> i32 {
-        // A try never defers to waiting writers (glibc does the same).
-        match self.try_read(false) {
+        // As glibc: a writer-preferring lock refuses readers while a writer
+        // waits, and a try never reports EDEADLK.
+        match self.try_read(self.kind.load(Relaxed) == KIND_PREFER_WRITER) {
             Ok(true) => 0,
-            Ok(false) => libc::EBUSY,
+            Ok(false) | Err(libc::EDEADLK) => libc::EBUSY,
             Err(e) => e,
         }
     }

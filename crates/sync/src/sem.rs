@@ -13,8 +13,11 @@ use core::ffi::c_void;
 use core::sync::atomic::Ordering::*;
 
 pub const VALUE_MAX: u32 = i32::MAX as u32;
-/// glibc's value of the private field for a process-private semaphore.
-pub const FUTEX_PRIVATE: i32 = 128;
+/// glibc's values of the private field: 0 for a process-private semaphore,
+/// 128 (FUTEX_PRIVATE_FLAG, which glibc XORs in) for a shared one, such as
+/// those sem_open creates.
+pub const FUTEX_PRIVATE: i32 = 0;
+pub const FUTEX_SHARED: i32 = 128;
 
 #[repr(C)]
 pub struct RawSem {
@@ -30,7 +33,7 @@ impl RawSem {
     }
 
     fn shared(&self) -> bool {
-        self.private.load(Relaxed) != FUTEX_PRIVATE
+        self.private.load(Relaxed) == FUTEX_SHARED
     }
 
     pub fn try_wait(&self) -> bool {
@@ -44,12 +47,13 @@ impl RawSem {
         false
     }
 
-    /// sem_wait/sem_timedwait: 0 or ETIMEDOUT. A cancellation point.
+    /// sem_wait/sem_timedwait: 0, ETIMEDOUT, or EINTR (a signal handler
+    /// interrupted the sleep, as glibc reports). A cancellation point.
     pub fn wait(&self, deadline: Option<&Deadline>) -> i32 {
         if self.try_wait() {
             return 0;
         }
-        let cancel = Cancel::new(nothing_to_undo, core::ptr::null_mut());
+        let cancel = Cancel::new(pass_on_a_post, self as *const RawSem as *mut c_void);
         cancel.test();
         let mut backoff = Backoff::new(deadline);
         loop {
@@ -65,11 +69,11 @@ impl RawSem {
                 }
                 Next::TimedOut => return libc::ETIMEDOUT,
                 Next::Sleep => {
-                    let r = sleep_while(&self.value, 0, &self.sleepers, deadline, self.shared(), Some(&cancel));
-                    if r == WaitResult::TimedOut && !self.try_wait() {
-                        return libc::ETIMEDOUT;
-                    } else if r == WaitResult::TimedOut {
-                        return 0;
+                    match sleep_while(&self.value, 0, &self.sleepers, deadline, self.shared(), Some(&cancel)) {
+                        WaitResult::TimedOut if !self.try_wait() => return libc::ETIMEDOUT,
+                        WaitResult::Interrupted if !self.try_wait() => return libc::EINTR,
+                        WaitResult::TimedOut | WaitResult::Interrupted => return 0,
+                        WaitResult::Woken | WaitResult::Changed => {}
                     }
                 }
             }
@@ -93,6 +97,13 @@ impl RawSem {
     }
 }
 
-/// A cancelled sem_wait has changed nothing but its sleeper count, which
-/// the cancellation trampoline restores.
-unsafe extern "C" fn nothing_to_undo(_: *mut c_void) {}
+/// A cancelled sem_wait has changed nothing but its sleeper count (which
+/// the cancellation trampoline restores); but if a post woke it, that
+/// wake-up must go to another sleeper instead of leaving with this thread.
+unsafe extern "C" fn pass_on_a_post(arg: *mut c_void) {
+    // SAFETY: arg is the semaphore being waited on, alive during the wait.
+    let sem = unsafe { &*(arg as *const RawSem) };
+    if sem.value.load(SeqCst) > 0 {
+        wake(&sem.value, &sem.sleepers, 1, sem.shared());
+    }
+}
