@@ -18,6 +18,8 @@ use vsched_spin::{Action, Config, DetectorParams, Engine, Sample, ThreadDetector
 pub enum BenchCommand {
     /// Busy-waiting detection: accuracy (the paper's Tables 2 and 3) and effect
     Spin(SpinBenchArgs),
+    /// pthread synchronisation at 1x and 4x oversubscription: glibc vs `vsched exec`
+    Sync(crate::bench_sync::SyncBenchArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,6 +66,7 @@ pub struct SpinBenchArgs {
 pub fn run(cmd: BenchCommand) -> Result<bool> {
     match cmd {
         BenchCommand::Spin(args) => spin(args),
+        BenchCommand::Sync(args) => crate::bench_sync::run(args),
     }
 }
 

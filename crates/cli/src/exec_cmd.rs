@@ -64,7 +64,11 @@ pub struct ExecArgs {
     print_env: bool,
 
     /// The program and its arguments
-    #[arg(last = true, value_name = "PROGRAM", required_unless_present = "print_env")]
+    #[arg(
+        last = true,
+        value_name = "PROGRAM",
+        required_unless_present = "print_env"
+    )]
     program: Vec<OsString>,
 }
 
@@ -73,7 +77,8 @@ pub fn run(args: ExecArgs) -> Result<u8> {
     let library = find_library(args.library.as_deref())?;
     let spin_ns = match args.spin_ns {
         Some(ns) => ns,
-        None => crate::wake_cost::idle_wake_ns().context("measuring the wake-up cost of an idle vCPU")?,
+        None => crate::wake_cost::idle_wake_ns()
+            .context("measuring the wake-up cost of an idle vCPU")?,
     };
     let mut env: Vec<(&str, OsString)> = vec![
         ("LD_PRELOAD", preload_value(&library)),
@@ -105,12 +110,21 @@ pub fn run(args: ExecArgs) -> Result<u8> {
             );
         }
     }
-    let err = Command::new(program).args(&args.program[1..]).envs(env).exec();
+    let err = Command::new(program)
+        .args(&args.program[1..])
+        .envs(env)
+        .exec();
     if err.kind() == std::io::ErrorKind::NotFound {
-        eprintln!("vsched exec: error: {}: command not found", program.to_string_lossy());
+        eprintln!(
+            "vsched exec: error: {}: command not found",
+            program.to_string_lossy()
+        );
         return Ok(127);
     }
-    eprintln!("vsched exec: error: cannot run {}: {err}", program.to_string_lossy());
+    eprintln!(
+        "vsched exec: error: cannot run {}: {err}",
+        program.to_string_lossy()
+    );
     Ok(126)
 }
 
@@ -168,7 +182,9 @@ fn resolve(program: &OsString) -> Option<PathBuf> {
     if p.components().count() > 1 {
         return Some(p.to_path_buf());
     }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(p)).find(|c| c.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(p))
+        .find(|c| c.is_file())
 }
 
 /// True if the ELF file names a program interpreter (the dynamic loader,

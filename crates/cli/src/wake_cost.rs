@@ -26,7 +26,10 @@ pub fn idle_wake_ns() -> Result<u64> {
         return Ok(0);
     }
     let start = Instant::now();
-    let shared = Arc::new(Shared { word: AtomicU32::new(0), woke_at_ns: AtomicU64::new(0) });
+    let shared = Arc::new(Shared {
+        word: AtomicU32::new(0),
+        woke_at_ns: AtomicU64::new(0),
+    });
     let sleeper = {
         let shared = shared.clone();
         let cpu = cpus[1];
@@ -73,7 +76,9 @@ fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
@@ -101,13 +106,24 @@ fn unpin(cpus: &[usize]) {
 fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: a valid futex word.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, expected, 0usize);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            0usize,
+        );
     }
 }
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: a valid futex word.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
     }
 }

@@ -25,7 +25,8 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("vsched-exec-test-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("vsched-exec-test-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
@@ -98,10 +99,18 @@ fn preloads_the_runtime_and_reports_its_statistics() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("loaded=1 counter=16000 turn=16000"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("loaded=1 counter=16000 turn=16000"),
+        "{stdout}"
+    );
 
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(json["schema"], "vsched.sync-stats");
     // Eight threads passing one token: most of them wait every round.
     assert!(json["counters"]["waits"].as_u64().unwrap() > 1000, "{json}");
@@ -129,7 +138,10 @@ fn prints_an_environment_that_preloads_the_runtime() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let lib = std::path::absolute(lib).unwrap();
-    assert!(text.contains(&format!("LD_PRELOAD='{}'", lib.display())), "{text}");
+    assert!(
+        text.contains(&format!("LD_PRELOAD='{}'", lib.display())),
+        "{text}"
+    );
     assert!(text.contains("VSCHED_SYNC_SPIN_NS='1234'"), "{text}");
 }
 
@@ -138,9 +150,21 @@ fn refuses_bad_input_clearly() {
     library();
     let cases: &[(&[&str], i32, &str)] = &[
         (&["exec"], 2, "PROGRAM"),
-        (&["exec", "--", "/nonexistent/program"], 127, "command not found"),
-        (&["exec", "--library", "/nonexistent.so", "--", "true"], 2, "does not exist"),
-        (&["exec", "--spin-ns", "lots", "--", "true"], 2, "invalid value"),
+        (
+            &["exec", "--", "/nonexistent/program"],
+            127,
+            "command not found",
+        ),
+        (
+            &["exec", "--library", "/nonexistent.so", "--", "true"],
+            2,
+            "does not exist",
+        ),
+        (
+            &["exec", "--spin-ns", "lots", "--", "true"],
+            2,
+            "invalid value",
+        ),
     ];
     for (args, code, message) in cases {
         let out = vsched(args);
@@ -153,7 +177,9 @@ fn refuses_bad_input_clearly() {
 #[test]
 fn warns_that_a_static_program_cannot_be_preloaded() {
     library();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| Path::new(p).is_file());
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file());
     let Some(busybox) = busybox else {
         panic!("busybox-static is needed (scripts/test.sh installs it)");
     };

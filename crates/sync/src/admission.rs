@@ -15,6 +15,7 @@
 //!   plus one more if the lock is held now;
 //! - if remaining < need, the thread yields first and so starts a fresh
 //!   slice before it takes the lock.
+//!
 //! All of this runs only when the machine is oversubscribed (otherwise a
 //! thread is rarely preempted) and costs one system call per acquisition.
 //! With statistics on, each admitted hold is checked for a switch-out
@@ -76,7 +77,12 @@ mod imp {
         if !crate::config::ADMISSION.load(Relaxed) {
             // Admission off: still measure the holds, for comparison.
             if crate::config::stats_on() {
-                STATE.with(|cell| cell.set(Predictor { admitted: true, ..cell.get() }));
+                STATE.with(|cell| {
+                    cell.set(Predictor {
+                        admitted: true,
+                        ..cell.get()
+                    })
+                });
             }
             return;
         }
@@ -86,7 +92,8 @@ mod imp {
             let (switches, involuntary) = switch_counts();
             if switches != p.switches {
                 if involuntary != p.involuntary && p.burst_start_ns != 0 {
-                    p.burst_ns = average(p.burst_ns, p.last_seen_ns.saturating_sub(p.burst_start_ns));
+                    p.burst_ns =
+                        average(p.burst_ns, p.last_seen_ns.saturating_sub(p.burst_start_ns));
                 }
                 p.burst_start_ns = now;
                 p.switches = switches;

@@ -49,7 +49,10 @@ pub struct Backoff<'d> {
 
 impl<'d> Backoff<'d> {
     pub fn new(deadline: Option<&'d Deadline>) -> Self {
-        Backoff { deadline, phase: Phase::Start }
+        Backoff {
+            deadline,
+            phase: Phase::Start,
+        }
     }
 
     /// Called after each failed attempt; spins or yields, or says to sleep.
@@ -78,7 +81,10 @@ impl<'d> Backoff<'d> {
                     if keep_yielding(since_ns, yields) {
                         bump(Counter::yields);
                         yield_now();
-                        self.phase = Phase::Yield { since_ns, yields: yields + 1 };
+                        self.phase = Phase::Yield {
+                            since_ns,
+                            yields: yields + 1,
+                        };
                         return Next::Retry;
                     }
                     self.phase = Phase::Sleep;
@@ -110,7 +116,10 @@ impl<'d> Backoff<'d> {
 fn first_phase() -> Phase {
     let now = mono_ns();
     if crate::load::oversubscribed() {
-        Phase::Yield { since_ns: now, yields: 0 }
+        Phase::Yield {
+            since_ns: now,
+            yields: 0,
+        }
     } else if crate::config::spin_ns() > 0 {
         Phase::Spin { since_ns: now }
     } else {
@@ -122,15 +131,18 @@ fn first_phase() -> Phase {
 /// within the yield budget.
 #[cfg(not(loom))]
 fn keep_yielding(since_ns: u64, yields: u32) -> bool {
-    let still_oversubscribed =
-        yields % YIELDS_PER_LOAD_CHECK != YIELDS_PER_LOAD_CHECK - 1 || crate::load::oversubscribed();
+    let still_oversubscribed = yields % YIELDS_PER_LOAD_CHECK != YIELDS_PER_LOAD_CHECK - 1
+        || crate::load::oversubscribed();
     still_oversubscribed && mono_ns().saturating_sub(since_ns) < crate::config::yield_ns()
 }
 
 #[cfg(not(loom))]
 fn after_spinning() -> Phase {
     if crate::load::oversubscribed() {
-        Phase::Yield { since_ns: mono_ns(), yields: 0 }
+        Phase::Yield {
+            since_ns: mono_ns(),
+            yields: 0,
+        }
     } else {
         Phase::Sleep
     }
@@ -140,7 +152,10 @@ fn after_spinning() -> Phase {
 // are explored, deterministically (no clock, no machine state).
 #[cfg(loom)]
 fn first_phase() -> Phase {
-    Phase::Yield { since_ns: 0, yields: 0 }
+    Phase::Yield {
+        since_ns: 0,
+        yields: 0,
+    }
 }
 
 #[cfg(loom)]

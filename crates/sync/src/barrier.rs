@@ -52,7 +52,14 @@ impl RawBarrier {
                 Next::Retry => {}
                 Next::TimedOut => unreachable!("no deadline"),
                 Next::Sleep => {
-                    sleep_while(&self.round, round, &self.sleepers, None, self.shared(), None);
+                    sleep_while(
+                        &self.round,
+                        round,
+                        &self.sleepers,
+                        None,
+                        self.shared(),
+                        None,
+                    );
                 }
             }
         }

@@ -55,7 +55,11 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
 
 impl Cancel {
     pub fn new(cleanup: CleanupFn, arg: *mut c_void) -> Self {
-        Cancel { cleanup, arg, sleepers: Cell::new(core::ptr::null()) }
+        Cancel {
+            cleanup,
+            arg,
+            sleepers: Cell::new(core::ptr::null()),
+        }
     }
 
     /// pthread_testcancel, with the cleanup registered.

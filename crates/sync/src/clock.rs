@@ -39,7 +39,10 @@ impl Deadline {
 }
 
 pub fn now(clock: libc::clockid_t) -> libc::timespec {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer; the vDSO serves this without a syscall.
     unsafe {
         libc::clock_gettime(clock, &mut ts);

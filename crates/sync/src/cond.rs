@@ -85,7 +85,12 @@ impl RawCond {
             self.waiters.fetch_sub(1, SeqCst);
             return err;
         }
-        let state = Waiting { cond: self, mutex, seq, slept: core::cell::Cell::new(false) };
+        let state = Waiting {
+            cond: self,
+            mutex,
+            seq,
+            slept: core::cell::Cell::new(false),
+        };
         let cancel = Cancel::new(cancelled, &state as *const Waiting as *mut c_void);
         let timed_out = self.wait_for_bump(seq, deadline, &state, &cancel);
         self.waiters.fetch_sub(1, SeqCst);
@@ -98,7 +103,13 @@ impl RawCond {
     }
 
     /// Waits for `seq` to move; true if the deadline passed first.
-    fn wait_for_bump(&self, seq: u32, deadline: Option<&Deadline>, state: &Waiting, cancel: &Cancel) -> bool {
+    fn wait_for_bump(
+        &self,
+        seq: u32,
+        deadline: Option<&Deadline>,
+        state: &Waiting,
+        cancel: &Cancel,
+    ) -> bool {
         let mut backoff = Backoff::new(deadline);
         loop {
             if self.seq.load(Acquire) != seq {
@@ -114,7 +125,14 @@ impl RawCond {
                 Next::TimedOut => return true,
                 Next::Sleep => {
                     state.slept.set(true);
-                    let r = sleep_while(&self.seq, seq, &self.sleepers, deadline, self.shared(), Some(cancel));
+                    let r = sleep_while(
+                        &self.seq,
+                        seq,
+                        &self.sleepers,
+                        deadline,
+                        self.shared(),
+                        Some(cancel),
+                    );
                     if r == WaitResult::TimedOut && self.seq.load(Acquire) == seq {
                         bump(Counter::timeouts);
                         return true;
@@ -147,7 +165,9 @@ impl RawCond {
             let target = self.requeue_to.load(Relaxed) as *const AtomicU32;
             // SAFETY: a waiter stored its mutex's lock word, which POSIX
             // requires to stay valid while threads wait on this condvar.
-            if !target.is_null() && crate::futex::wake_one_requeue_rest(&self.seq, seq, unsafe { &*target }) {
+            if !target.is_null()
+                && crate::futex::wake_one_requeue_rest(&self.seq, seq, unsafe { &*target })
+            {
                 bump(Counter::requeues);
                 return;
             }

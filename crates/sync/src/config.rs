@@ -69,7 +69,11 @@ fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 19 || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(bytes.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')))
+    Some(
+        bytes
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
+    )
 }
 
 fn allowed_vcpus() -> usize {

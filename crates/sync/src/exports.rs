@@ -19,8 +19,9 @@ use crate::spin::RawSpin;
 use core::ffi::{c_int, c_uint};
 use core::sync::atomic::Ordering::Relaxed;
 use libc::{
-    clockid_t, pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t,
-    pthread_mutexattr_t, pthread_rwlock_t, pthread_rwlockattr_t, pthread_spinlock_t, sem_t, timespec,
+    clockid_t, pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t, pthread_condattr_t,
+    pthread_mutex_t, pthread_mutexattr_t, pthread_rwlock_t, pthread_rwlockattr_t,
+    pthread_spinlock_t, sem_t, timespec,
 };
 
 // The runtime's views must fit inside glibc's objects.
@@ -51,7 +52,13 @@ fn set_errno(e: c_int) -> c_int {
 fn timed(clock: clockid_t, at: *const timespec) -> Result<Deadline, BadDeadline> {
     // SAFETY: POSIX requires a valid abstime pointer.
     match Deadline::checked(clock, unsafe { &*at }) {
-        Err(BadDeadline::Passed) => Ok(Deadline { clock, at: timespec { tv_sec: 0, tv_nsec: 0 } }),
+        Err(BadDeadline::Passed) => Ok(Deadline {
+            clock,
+            at: timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        }),
         other => other,
     }
 }
@@ -59,7 +66,10 @@ fn timed(clock: clockid_t, at: *const timespec) -> Result<Deadline, BadDeadline>
 // ---------------------------------------------------------------- mutexes
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_mutex_init(m: *mut pthread_mutex_t, a: *const pthread_mutexattr_t) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_mutex_init(
+    m: *mut pthread_mutex_t,
+    a: *const pthread_mutexattr_t,
+) -> c_int {
     // glibc validates the attributes and writes the kind; the rest is zero.
     unsafe { real::mutex_init(m, a) }
 }
@@ -88,7 +98,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_mutex_timedlock(m: *mut pthread_mutex_t, at: *const timespec) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_mutex_timedlock(
+    m: *mut pthread_mutex_t,
+    at: *const timespec,
+) -> c_int {
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
         return unsafe { real::mutex_timedlock(m, at) };
@@ -159,7 +172,10 @@ impl CondMutex for WaitMutex {
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_cond_init(c: *mut pthread_cond_t, a: *const pthread_condattr_t) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_cond_init(
+    c: *mut pthread_cond_t,
+    a: *const pthread_condattr_t,
+) -> c_int {
     let mut flags = 0;
     if !a.is_null() {
         let (mut clock, mut pshared): (clockid_t, c_int) = (libc::CLOCK_REALTIME, 0);
@@ -186,7 +202,10 @@ pub unsafe extern "C-unwind" fn pthread_cond_destroy(_c: *mut pthread_cond_t) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_cond_wait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+) -> c_int {
     let raw: &RawCond = unsafe { view(c) };
     raw.wait(&WaitMutex(m), None)
 }
@@ -274,7 +293,10 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: *mut pthread_barrier_t) 
 // -------------------------------------------------------------- spinlocks
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_spin_init(s: *mut pthread_spinlock_t, _pshared: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_spin_init(
+    s: *mut pthread_spinlock_t,
+    _pshared: c_int,
+) -> c_int {
     unsafe { view::<RawSpin, _>(s) }.word.store(0, Relaxed);
     0
 }
@@ -326,7 +348,8 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_init(
     unsafe { core::ptr::write_bytes(rw, 0, 1) };
     let raw: &RawRwLock = unsafe { view(rw) };
     raw.kind.store(kind as u32, Relaxed);
-    raw.shared.store(u32::from(pshared == libc::PTHREAD_PROCESS_SHARED), Relaxed);
+    raw.shared
+        .store(u32::from(pshared == libc::PTHREAD_PROCESS_SHARED), Relaxed);
     0
 }
 
@@ -351,7 +374,10 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_tryrdlock(rw: *mut pthread_rwlock
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_rwlock_timedrdlock(rw: *mut pthread_rwlock_t, at: *const timespec) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_rwlock_timedrdlock(
+    rw: *mut pthread_rwlock_t,
+    at: *const timespec,
+) -> c_int {
     match rw_timed(libc::CLOCK_REALTIME, at) {
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.rdlock(Some(Ok(d))),
         Err(e) => e,
@@ -381,7 +407,10 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_trywrlock(rw: *mut pthread_rwlock
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_rwlock_timedwrlock(rw: *mut pthread_rwlock_t, at: *const timespec) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_rwlock_timedwrlock(
+    rw: *mut pthread_rwlock_t,
+    at: *const timespec,
+) -> c_int {
     match rw_timed(libc::CLOCK_REALTIME, at) {
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.wrlock(Some(Ok(d))),
         Err(e) => e,
@@ -415,7 +444,14 @@ pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c
     unsafe { core::ptr::write_bytes(s, 0, 1) };
     let raw: &RawSem = unsafe { view(s) };
     raw.value.store(value, Relaxed);
-    raw.private.store(if pshared != 0 { FUTEX_SHARED } else { FUTEX_PRIVATE }, Relaxed);
+    raw.private.store(
+        if pshared != 0 {
+            FUTEX_SHARED
+        } else {
+            FUTEX_PRIVATE
+        },
+        Relaxed,
+    );
     0
 }
 
@@ -455,7 +491,11 @@ pub unsafe extern "C-unwind" fn sem_timedwait(s: *mut sem_t, at: *const timespec
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn sem_clockwait(s: *mut sem_t, clock: clockid_t, at: *const timespec) -> c_int {
+pub unsafe extern "C-unwind" fn sem_clockwait(
+    s: *mut sem_t,
+    clock: clockid_t,
+    at: *const timespec,
+) -> c_int {
     match timed(clock, at) {
         Ok(d) => sem_result(unsafe { view::<RawSem, _>(s) }.wait(Some(&d))),
         Err(_) => set_errno(libc::EINVAL),

@@ -34,7 +34,12 @@ fn op(base: i32, shared: bool) -> i32 {
 
 /// Sleeps while `*word == expected`, until woken or `deadline` (absolute, on
 /// its own clock: FUTEX_WAIT_BITSET takes absolute times on either clock).
-pub fn wait(word: &AtomicU32, expected: u32, deadline: Option<&Deadline>, shared: bool) -> WaitResult {
+pub fn wait(
+    word: &AtomicU32,
+    expected: u32,
+    deadline: Option<&Deadline>,
+    shared: bool,
+) -> WaitResult {
     let (futex_op, ts_ptr) = wait_op(deadline, shared);
     // SAFETY: word is a valid, aligned u32 for the duration of the call;
     // ts_ptr is null or points to a live timespec.

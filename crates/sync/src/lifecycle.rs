@@ -36,7 +36,11 @@ extern "C" fn report_at_exit() {
     let forked_child = pid != STARTED_IN_PID.load(Relaxed);
     if let Some(mode) = crate::config::env(c"VSCHED_SYNC_STATS") {
         if !forked_child {
-            let text = if mode == b"json" { crate::stats::to_json(pid) } else { crate::stats::to_text(pid) };
+            let text = if mode == b"json" {
+                crate::stats::to_json(pid)
+            } else {
+                crate::stats::to_text(pid)
+            };
             write_all(2, text.as_bytes());
         }
     }

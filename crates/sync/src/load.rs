@@ -65,7 +65,11 @@ pub fn parse_runnable(text: &[u8]) -> Option<u64> {
     if running.is_empty() || !running.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(running.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')))
+    Some(
+        running
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@ pub const CONTENDED: u32 = 2;
 pub type Timeout = Option<Result<Deadline, BadDeadline>>;
 
 pub fn try_acquire(word: &AtomicU32) -> bool {
-    word.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed).is_ok()
+    word.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
+        .is_ok()
 }
 
 /// Acquires `word`, or fails with ETIMEDOUT/EINVAL for a timed lock.

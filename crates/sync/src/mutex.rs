@@ -79,7 +79,9 @@ impl RawMutex {
     pub fn unlock(&self) -> i32 {
         let kind = self.kind_type();
         if kind == KIND_RECURSIVE || kind == KIND_ERRORCHECK {
-            if self.owner.load(Relaxed) != crate::tid::current() || self.lock.load(Relaxed) == UNLOCKED {
+            if self.owner.load(Relaxed) != crate::tid::current()
+                || self.lock.load(Relaxed) == UNLOCKED
+            {
                 return libc::EPERM;
             }
             if kind == KIND_RECURSIVE {
@@ -91,7 +93,8 @@ impl RawMutex {
             }
         }
         self.owner.store(0, Relaxed);
-        self.nusers.store(self.nusers.load(Relaxed).wrapping_sub(1), Relaxed);
+        self.nusers
+            .store(self.nusers.load(Relaxed).wrapping_sub(1), Relaxed);
         lockword::release(&self.lock, false);
         0
     }
@@ -125,7 +128,8 @@ impl RawMutex {
 
     fn became_owner(&self, me: i32) {
         self.owner.store(me, Relaxed);
-        self.nusers.store(self.nusers.load(Relaxed).wrapping_add(1), Relaxed);
+        self.nusers
+            .store(self.nusers.load(Relaxed).wrapping_add(1), Relaxed);
         if self.kind_type() == KIND_RECURSIVE {
             self.count.store(1, Relaxed);
         }
@@ -166,7 +170,13 @@ mod tests {
         assert_eq!(m.lock(Some(Err(BadDeadline::Invalid))), libc::EINVAL);
         assert_eq!(m.lock(Some(Err(BadDeadline::Passed))), libc::ETIMEDOUT);
         let soon = crate::clock::now(libc::CLOCK_MONOTONIC);
-        let d = Deadline { clock: libc::CLOCK_MONOTONIC, at: libc::timespec { tv_sec: soon.tv_sec, tv_nsec: soon.tv_nsec } };
+        let d = Deadline {
+            clock: libc::CLOCK_MONOTONIC,
+            at: libc::timespec {
+                tv_sec: soon.tv_sec,
+                tv_nsec: soon.tv_nsec,
+            },
+        };
         assert_eq!(m.lock(Some(Ok(d))), libc::ETIMEDOUT);
     }
 

@@ -56,7 +56,12 @@ impl RawRwLock {
             _pad: AtomicU32::new(0),
             writer: AtomicI32::new(0),
             shared: AtomicU32::new(0),
-            _pad2: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+            _pad2: [
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+            ],
             kind: AtomicU32::new(kind),
         }
     }
@@ -81,7 +86,10 @@ impl RawRwLock {
             if state == MAX_READERS {
                 return Err(libc::EAGAIN);
             }
-            match self.state.compare_exchange_weak(state, state + 1, Acquire, Relaxed) {
+            match self
+                .state
+                .compare_exchange_weak(state, state + 1, Acquire, Relaxed)
+            {
                 Ok(_) => return Ok(true),
                 Err(now) => state = now,
             }
@@ -89,11 +97,17 @@ impl RawRwLock {
     }
 
     fn try_write(&self) -> Result<bool, i32> {
-        if self.state.compare_exchange(0, WRITER, Acquire, Relaxed).is_ok() {
+        if self
+            .state
+            .compare_exchange(0, WRITER, Acquire, Relaxed)
+            .is_ok()
+        {
             self.writer.store(crate::tid::current(), Relaxed);
             return Ok(true);
         }
-        if self.state.load(Relaxed) & WRITER != 0 && self.writer.load(Relaxed) == crate::tid::current() {
+        if self.state.load(Relaxed) & WRITER != 0
+            && self.writer.load(Relaxed) == crate::tid::current()
+        {
             return Err(libc::EDEADLK);
         }
         Ok(false)
@@ -181,7 +195,14 @@ impl RawRwLock {
                 Next::Retry => {}
                 Next::TimedOut => return libc::ETIMEDOUT,
                 Next::Sleep => {
-                    let r = sleep_while(&self.seq, seq, &self.sleepers, deadline, self.is_shared(), None);
+                    let r = sleep_while(
+                        &self.seq,
+                        seq,
+                        &self.sleepers,
+                        deadline,
+                        self.is_shared(),
+                        None,
+                    );
                     if r == WaitResult::TimedOut && self.try_mode(mode) != Ok(true) {
                         return libc::ETIMEDOUT;
                     } else if r == WaitResult::TimedOut {

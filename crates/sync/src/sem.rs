@@ -29,7 +29,11 @@ pub struct RawSem {
 impl RawSem {
     #[cfg(any(test, loom))]
     pub fn new(value: u32) -> Self {
-        RawSem { value: AtomicU32::new(value), sleepers: AtomicU32::new(0), private: AtomicI32::new(FUTEX_PRIVATE) }
+        RawSem {
+            value: AtomicU32::new(value),
+            sleepers: AtomicU32::new(0),
+            private: AtomicI32::new(FUTEX_PRIVATE),
+        }
     }
 
     fn shared(&self) -> bool {
@@ -39,7 +43,10 @@ impl RawSem {
     pub fn try_wait(&self) -> bool {
         let mut value = self.value.load(Relaxed);
         while value > 0 {
-            match self.value.compare_exchange_weak(value, value - 1, Acquire, Relaxed) {
+            match self
+                .value
+                .compare_exchange_weak(value, value - 1, Acquire, Relaxed)
+            {
                 Ok(_) => return true,
                 Err(now) => value = now,
             }
@@ -69,7 +76,14 @@ impl RawSem {
                 }
                 Next::TimedOut => return libc::ETIMEDOUT,
                 Next::Sleep => {
-                    match sleep_while(&self.value, 0, &self.sleepers, deadline, self.shared(), Some(&cancel)) {
+                    match sleep_while(
+                        &self.value,
+                        0,
+                        &self.sleepers,
+                        deadline,
+                        self.shared(),
+                        Some(&cancel),
+                    ) {
                         WaitResult::TimedOut if !self.try_wait() => return libc::ETIMEDOUT,
                         WaitResult::Interrupted if !self.try_wait() => return libc::EINTR,
                         WaitResult::TimedOut | WaitResult::Interrupted => return 0,
@@ -87,7 +101,10 @@ impl RawSem {
             if value >= VALUE_MAX {
                 return libc::EOVERFLOW;
             }
-            match self.value.compare_exchange_weak(value, value + 1, SeqCst, Relaxed) {
+            match self
+                .value
+                .compare_exchange_weak(value, value + 1, SeqCst, Relaxed)
+            {
                 Ok(_) => break,
                 Err(now) => value = now,
             }

@@ -30,7 +30,12 @@ mod loom_futex {
         static ref QUEUE: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
     }
 
-    pub fn wait(word: &AtomicU32, expected: u32, _deadline: Option<&Deadline>, _shared: bool) -> WaitResult {
+    pub fn wait(
+        word: &AtomicU32,
+        expected: u32,
+        _deadline: Option<&Deadline>,
+        _shared: bool,
+    ) -> WaitResult {
         let (lock, cv) = &*QUEUE;
         let guard = lock.lock().unwrap();
         if word.load(SeqCst) != expected {

@@ -20,8 +20,11 @@ const SHARED: bool = true;
 
 impl RawSpin {
     #[cfg(any(test, loom))]
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
-        RawSpin { word: AtomicU32::new(0) }
+        RawSpin {
+            word: AtomicU32::new(0),
+        }
     }
 
     pub fn lock(&self) {

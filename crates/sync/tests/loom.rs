@@ -205,4 +205,3 @@ fn spinlock_hand_off_between_threads() {
         unlocker.join().unwrap();
     });
 }
-
