@@ -2,7 +2,7 @@
  * syncbench: pthread synchronisation micro-benchmarks for `vsched bench sync`.
  *
  * Usage: syncbench CASE THREADS OPS
- *   CASE: mutex | barrier | cond-broadcast | cond-signal | rwlock | spin-ring
+ *   CASE: mutex | barrier | cond-broadcast | cond-signal | rwlock | spin-ring | spinlock
  *   OPS:  lock acquisitions (mutex, rwlock), rounds (barrier) or hand-offs (rings)
  *
  * Prints one JSON line. Only the workers' loops are timed; the per-thread
@@ -24,6 +24,8 @@ enum {
     BARRIER_WORK = 1000,       /* ~1 us per thread per round */
     RING_WORK = 1000,          /* ~1 us per hand-off */
     RWLOCK_OUTSIDE_WORK = 150,
+    SPINLOCK_INSIDE_WORK = 300,  /* ~0.3 us critical section */
+    SPINLOCK_OUTSIDE_WORK = 600,
     TABLE_SIZE = 64,
     WRITE_PERCENT = 5,
 };
@@ -96,6 +98,7 @@ static pthread_rwlock_t rwlock = PTHREAD_RWLOCK_INITIALIZER;
 static long table[TABLE_SIZE];
 
 static pthread_spinlock_t *spins;
+static pthread_spinlock_t shared_spin;
 
 /* Share of `total` done by thread `me` (the first threads take the remainder). */
 static long share(long total, int me) {
@@ -108,6 +111,18 @@ static void mutex_case(int me) {
         counter++;
         pthread_mutex_unlock(&mutex);
         work(MUTEX_OUTSIDE_WORK);
+    }
+}
+
+/* A spinlock around a short critical section: with more threads than
+ * vCPUs, a holder is sometimes preempted and every waiter spins in vain. */
+static void spinlock_case(int me) {
+    for (long i = share(total_ops, me); i > 0; i--) {
+        pthread_spin_lock(&shared_spin);
+        counter++;
+        work(SPINLOCK_INSIDE_WORK);
+        pthread_spin_unlock(&shared_spin);
+        work(SPINLOCK_OUTSIDE_WORK);
     }
 }
 
@@ -215,6 +230,7 @@ static void (*body_of(const char *name))(int) {
         {"mutex", mutex_case},           {"barrier", barrier_case},
         {"cond-broadcast", cond_broadcast_case}, {"cond-signal", cond_signal_case},
         {"rwlock", rwlock_case},         {"spin-ring", spin_ring_case},
+        {"spinlock", spinlock_case},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(cases[i].name, name) == 0)
@@ -228,6 +244,7 @@ static void init_primitives(void) {
     pthread_barrier_init(&barrier, NULL, nthreads);
     conds = calloc(nthreads, sizeof *conds);
     spins = calloc(nthreads, sizeof *spins);
+    pthread_spin_init(&shared_spin, PTHREAD_PROCESS_PRIVATE);
     for (int t = 0; t < nthreads; t++) {
         pthread_cond_init(&conds[t], NULL);
         pthread_spin_init(&spins[t], PTHREAD_PROCESS_PRIVATE);
@@ -241,7 +258,7 @@ int main(int argc, char **argv) {
     nthreads = argc == 4 ? atoi(argv[2]) : 0;
     total_ops = argc == 4 ? atol(argv[3]) : 0;
     if (!body || nthreads < 2 || total_ops < 1) {
-        fprintf(stderr, "usage: %s mutex|barrier|cond-broadcast|cond-signal|rwlock|spin-ring THREADS(>=2) OPS\n",
+        fprintf(stderr, "usage: %s mutex|barrier|cond-broadcast|cond-signal|rwlock|spin-ring|spinlock THREADS(>=2) OPS\n",
                 argv[0]);
         return 2;
     }

@@ -34,16 +34,18 @@ pub enum Case {
     CondSignal,
     Rwlock,
     SpinRing,
+    Spinlock,
 }
 
 impl Case {
-    const ALL: [Case; 6] = [
+    const ALL: [Case; 7] = [
         Case::Mutex,
         Case::Barrier,
         Case::CondBroadcast,
         Case::CondSignal,
         Case::Rwlock,
         Case::SpinRing,
+        Case::Spinlock,
     ];
 
     /// The name the C program and the output use.
@@ -55,6 +57,7 @@ impl Case {
             Case::CondSignal => "cond-signal",
             Case::Rwlock => "rwlock",
             Case::SpinRing => "spin-ring",
+            Case::Spinlock => "spinlock",
         }
     }
 }
@@ -74,6 +77,7 @@ WHAT IT RUNS
     rwlock          95% rdlock / 5% wrlock over a 64-entry table
     spin-ring       token ring of pthread spinlocks: wait on my own lock,
                     ~1 us of work, unlock the next thread's (op = hand-off)
+    spinlock        one pthread spinlock around a ~0.3 us critical section
   Op counts are sized by a pilot run so each timed run lasts about 1 s; the
   glibc spin ring at 4x spins away whole time slices, so it runs few
   hand-offs. Columns: speedup = glibc / vsched time per op; 4x/1x = vsched's

@@ -51,9 +51,9 @@ pub struct ExecArgs {
     #[arg(long, value_name = "NS", default_value_t = 2_000_000)]
     yield_ns: u64,
 
-    /// Turn off spinlock admission (the I-Spinlock time-slice check)
+    /// Spinlock admission: take a spinlock only if the time slice left covers the wait and the hold (I-Spinlock; off by default, see docs/sync.md)
     #[arg(long)]
-    no_admission: bool,
+    admission: bool,
 
     /// The runtime library (default: libvsched_sync.so next to the vsched binary, or $VSCHED_SYNC_LIB)
     #[arg(long, value_name = "PATH")]
@@ -91,8 +91,8 @@ pub fn run(args: ExecArgs) -> Result<u8> {
     if let Some(path) = &args.stats_json {
         env.push(("VSCHED_SYNC_STATS_JSON", absolute(path)?.into_os_string()));
     }
-    if args.no_admission {
-        env.push(("VSCHED_SYNC_ADMISSION", "0".into()));
+    if args.admission {
+        env.push(("VSCHED_SYNC_ADMISSION", "1".into()));
     }
     if args.print_env {
         for (key, value) in &env {

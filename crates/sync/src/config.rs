@@ -15,8 +15,10 @@ pub static YIELD_NS: AtomicU64 = AtomicU64::new(DEFAULT_YIELD_NS);
 pub static VCPUS: AtomicUsize = AtomicUsize::new(1);
 /// Count what the runtime does (VSCHED_SYNC_STATS or VSCHED_SYNC_STATS_JSON set).
 pub static STATS: AtomicBool = AtomicBool::new(false);
-/// Spinlock admission (I-Spinlock) on or off (VSCHED_SYNC_ADMISSION=0 turns it off).
-pub static ADMISSION: AtomicBool = AtomicBool::new(true);
+/// Spinlock admission (I-Spinlock), VSCHED_SYNC_ADMISSION=1. Off by
+/// default: measured, its system call per acquisition cost more than the
+/// preemptions it avoided (docs/benchmarks.md).
+pub static ADMISSION: AtomicBool = AtomicBool::new(false);
 
 /// Used only when nobody measured the machine: the wake-up latency of an
 /// idle vCPU that `vsched exec` typically measures on cloud VMs.
@@ -46,8 +48,8 @@ pub fn load_from_env() {
     if env(c"VSCHED_SYNC_STATS").is_some() || env(c"VSCHED_SYNC_STATS_JSON").is_some() {
         STATS.store(true, Relaxed);
     }
-    if env(c"VSCHED_SYNC_ADMISSION").is_some_and(|v| v == b"0") {
-        ADMISSION.store(false, Relaxed);
+    if env(c"VSCHED_SYNC_ADMISSION").is_some_and(|v| v == b"1") {
+        ADMISSION.store(true, Relaxed);
     }
     VCPUS.store(allowed_vcpus(), Relaxed);
 }

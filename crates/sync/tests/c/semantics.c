@@ -1809,6 +1809,94 @@ static void cond_cancel_does_not_lose_signal(void)
     }
 }
 
+/* Cancel racing a wake-up: whatever the interleaving, a waiter that acts on
+ * the cancel inside the wait runs its cleanup handler with the mutex held,
+ * and one that returns normally saw the flag. */
+struct crace {
+    pthread_mutex_t m; /* errorcheck */
+    pthread_cond_t c;
+    int waiting, flag, kind; /* kind: 0 wait, 1 timedwait, 2 clockwait (short timeouts) */
+    atomic_int cleanup_rc, returned;
+};
+static void crace_cleanup(void *p)
+{
+    struct crace *s = p;
+    atomic_store(&s->cleanup_rc, pthread_mutex_unlock(&s->m));
+}
+static void *crace_main(void *p)
+{
+    struct crace *s = p;
+    EXPECT(pthread_mutex_lock(&s->m), 0);
+    pthread_cleanup_push(crace_cleanup, s);
+    s->waiting = 1;
+    unsigned n = 0;
+    while (!s->flag) {
+        int rc;
+        /* timeouts of 0..800 us race the cancel and the wake-up */
+        int us = (int)(n++ % 5) * 200;
+        if (s->kind == 0) {
+            rc = pthread_cond_wait(&s->c, &s->m);
+        } else if (s->kind == 1) {
+            struct timespec dl = ts_from_ns(now_ns(CLOCK_REALTIME) + us * 1000LL);
+            rc = pthread_cond_timedwait(&s->c, &s->m, &dl);
+        } else {
+            struct timespec dl = ts_from_ns(now_ns(CLOCK_MONOTONIC) + us * 1000LL);
+            rc = pthread_cond_clockwait(&s->c, &s->m, CLOCK_MONOTONIC, &dl);
+        }
+        CHECK(rc == 0 || (rc == ETIMEDOUT && s->kind != 0), "wait returned %s", errname(rc));
+    }
+    pthread_cleanup_pop(0);
+    atomic_store(&s->returned, 1);
+    EXPECT(pthread_mutex_unlock(&s->m), 0);
+    return NULL;
+}
+static void cond_cancel_races_wakeup(void)
+{
+    for (int round = 0; round < 450; round++) {
+        struct crace s;
+        memset(&s, 0, sizeof s);
+        s.kind = (round / 3) % 3;
+        atomic_store(&s.cleanup_rc, -1);
+        mutex_init_type(&s.m, PTHREAD_MUTEX_ERRORCHECK);
+        EXPECT(pthread_cond_init(&s.c, NULL), 0);
+        pthread_t t = spawn(crace_main, &s);
+        CHECK(wait_locked_count(&s.m, &s.waiting, 1, 3000), "waiter did not block");
+        if (s.kind != 0 && round % 2)
+            sleep_ms(1); /* let a few timeouts happen first */
+        EXPECT(pthread_mutex_lock(&s.m), 0);
+        s.flag = 1;
+        switch (round % 3) {
+        case 0: /* cancel while the woken waiter must wait for the mutex */
+            EXPECT(pthread_cond_signal(&s.c), 0);
+            EXPECT(pthread_cancel(t), 0);
+            if (round % 2)
+                sleep_ms(1);
+            EXPECT(pthread_mutex_unlock(&s.m), 0);
+            break;
+        case 1: /* cancel right after the mutex is released */
+            EXPECT(pthread_cond_broadcast(&s.c), 0);
+            EXPECT(pthread_mutex_unlock(&s.m), 0);
+            EXPECT(pthread_cancel(t), 0);
+            break;
+        default: /* cancel first, then wake */
+            EXPECT(pthread_cancel(t), 0);
+            EXPECT(pthread_cond_signal(&s.c), 0);
+            EXPECT(pthread_mutex_unlock(&s.m), 0);
+        }
+        void *r = join(t);
+        if (r == PTHREAD_CANCELED && !atomic_load(&s.returned))
+            CHECK(atomic_load(&s.cleanup_rc) == 0,
+                  "round %d: cancelled in the wait, but the cleanup handler's unlock returned %s "
+                  "(mutex not re-acquired)", round, errname(atomic_load(&s.cleanup_rc)));
+        else
+            CHECK(atomic_load(&s.returned), "round %d: neither returned nor cancelled", round);
+        EXPECT(pthread_mutex_trylock(&s.m), 0); /* the mutex is free again */
+        EXPECT(pthread_mutex_unlock(&s.m), 0);
+        EXPECT(pthread_cond_destroy(&s.c), 0);
+        EXPECT(pthread_mutex_destroy(&s.m), 0);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Barrier cases                                                             */
 /* ------------------------------------------------------------------------ */
@@ -3150,6 +3238,7 @@ static const struct tcase cases[] = {
     C(cond_cancel_timedwait),
     C(cond_cancel_clockwait),
     C(cond_cancel_does_not_lose_signal),
+    C(cond_cancel_races_wakeup),
     C(barrier_init_count_zero_einval),
     C(barrier_one_serial_per_round),
     C(barrier_reuse_and_reinit),
