@@ -69,10 +69,10 @@ int main(void) {
 }
 "#;
 
-fn build_program(dir: &Path) -> PathBuf {
-    let src = dir.join("ring.c");
-    let bin = dir.join("ring");
-    std::fs::write(&src, PROGRAM).unwrap();
+fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source).unwrap();
     let status = Command::new("cc")
         .args(["-O2", "-pthread", "-o"])
         .arg(&bin)
@@ -84,11 +84,77 @@ fn build_program(dir: &Path) -> PathBuf {
     bin
 }
 
+/// Thousands of threads at once, all through a mutex, a barrier of all of
+/// them and a broadcast: the runtime keeps no per-thread tables that could
+/// run out.
+const MANY_THREADS: &str = r#"
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+enum { THREADS = 2000 };
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static pthread_barrier_t b;
+static long entered, released;
+static int go;
+static void *worker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&m);
+    entered++;
+    pthread_mutex_unlock(&m);
+    pthread_barrier_wait(&b);
+    pthread_mutex_lock(&m);
+    while (!go) pthread_cond_wait(&c, &m);
+    released++;
+    pthread_mutex_unlock(&m);
+    return 0;
+}
+int main(void) {
+    static pthread_t t[THREADS];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_barrier_init(&b, 0, THREADS + 1);
+    for (int i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], &attr, worker, 0) != 0) { perror("pthread_create"); return 2; }
+    pthread_barrier_wait(&b);
+    pthread_mutex_lock(&m);
+    go = 1;
+    pthread_cond_broadcast(&c);
+    pthread_mutex_unlock(&m);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], 0);
+    printf("loaded=%d entered=%ld released=%ld\n", dlsym(RTLD_DEFAULT, "vsched_sync_version") != 0, entered, released);
+    return entered == THREADS && released == THREADS ? 0 : 1;
+}
+"#;
+
+#[test]
+fn thousands_of_threads_synchronise() {
+    library();
+    let dir = TempDir::new("many");
+    let program = build(&dir.0, "many", MANY_THREADS);
+    let out = Command::new("timeout")
+        .args(["120", VSCHED, "exec", "--"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("loaded=1 entered=2000 released=2000"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn preloads_the_runtime_and_reports_its_statistics() {
     library();
     let dir = TempDir::new("stats");
-    let program = build_program(&dir.0);
+    let program = build(&dir.0, "ring", PROGRAM);
     let stats = dir.0.join("stats.json");
     let out = Command::new(VSCHED)
         .arg("exec")
