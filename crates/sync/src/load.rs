@@ -50,8 +50,10 @@ fn read_runnable() -> Option<u64> {
         return None;
     }
     let mut buf = [0u8; 128];
+    // A raw system call: glibc's pread is a cancellation point, and this
+    // runs inside mutex and spinlock waits, which must not be.
     // SAFETY: buf is a valid buffer of the length passed.
-    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0i64) };
     if n <= 0 {
         return None;
     }

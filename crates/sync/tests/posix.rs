@@ -192,7 +192,8 @@ fn check(program: &str, args: &[String], with_library: bool, limit: Duration) ->
         .collect();
     assert!(
         out.success && failures.is_empty(),
-        "{program} {} under {mode}: {} with {} failing check(s):\n{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        "{program}{}{} under {mode}: {} with {} failing check(s):\n{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        if args.is_empty() { "" } else { " " },
         args.join(" "),
         out.status,
         failures.len(),

@@ -53,7 +53,7 @@
 #define EARLY_NS (1 * MS)    /* a timed wait may not return earlier than this before its deadline */
 #define LATE_NS (2500 * MS)  /* ... nor later than this after it (noisy 2-vCPU VM) */
 #define PROMPT_NS (1000 * MS)/* an immediate error return must come within this */
-#define SHORT_MS 80          /* the timeout used by "times out" cases */
+#define SHORT_MS 50          /* the timeout used by "times out" cases */
 
 static const char *g_case = "?";
 
@@ -71,6 +71,8 @@ static void fail_at(int line, const char *fmt, ...)
 {
     char buf[600];
     va_list ap;
+    /* printf is a cancellation point: a pending cancel must not eat the report */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
@@ -927,6 +929,115 @@ static void lock_not_cancellation_point(int use_rw)
           "got=%d: the cancel acted inside the lock call (1 expected)", atomic_load(&s.got));
 }
 static void mutex_lock_not_cancellation_point(void) { lock_not_cancellation_point(0); }
+
+/* A thread with a cancel pending (deferred, enabled) runs many contended
+ * operations that are not cancellation points; none may act on the cancel,
+ * however they wait internally (spinning, yielding, sleeping, reading the
+ * machine's load...).  Only the final pthread_testcancel does. */
+struct pending {
+    pthread_mutex_t m, em;
+    pthread_rwlock_t l;
+    pthread_spinlock_t sp;
+    pthread_cond_t c;
+    sem_t s;
+    pthread_barrier_t b1;
+    atomic_int stop;
+    atomic_long progress;
+    int finished;
+};
+enum { PENDING_ITERS = 4000 };
+static void *pending_hammer_main(void *p)
+{
+    struct pending *s = p;
+    unsigned seed = (unsigned)(uintptr_t)&seed;
+    while (!atomic_load(&s->stop)) {
+        EXPECT(pthread_mutex_lock(&s->m), 0);
+        if (rand_r(&seed) % 8 == 0)
+            sched_yield(); /* get preempted holding it */
+        EXPECT(pthread_mutex_unlock(&s->m), 0);
+        EXPECT(pthread_rwlock_wrlock(&s->l), 0);
+        EXPECT(pthread_rwlock_unlock(&s->l), 0);
+        EXPECT(pthread_mutex_lock(&s->em), 0);
+        EXPECT(pthread_mutex_unlock(&s->em), 0);
+    }
+    return NULL;
+}
+static void *pending_victim_main(void *p)
+{
+    struct pending *s = p;
+    EXPECT(pthread_cancel(pthread_self()), 0); /* pending from now on */
+    for (int i = 0; i < PENDING_ITERS; i++) {
+        struct timespec dl = rt_in(5000);
+        switch (i % 8) {
+        case 0:
+            EXPECT(pthread_mutex_lock(&s->m), 0);
+            EXPECT(pthread_cond_signal(&s->c), 0);
+            EXPECT(pthread_cond_broadcast(&s->c), 0);
+            EXPECT(pthread_mutex_unlock(&s->m), 0);
+            break;
+        case 1:
+            EXPECT(pthread_mutex_timedlock(&s->m, &dl), 0);
+            EXPECT(pthread_mutex_unlock(&s->m), 0);
+            break;
+        case 2:
+            EXPECT(pthread_rwlock_rdlock(&s->l), 0);
+            EXPECT(pthread_rwlock_unlock(&s->l), 0);
+            break;
+        case 3:
+            EXPECT(pthread_rwlock_timedwrlock(&s->l, &dl), 0);
+            EXPECT(pthread_rwlock_unlock(&s->l), 0);
+            break;
+        case 4:
+            EXPECT(pthread_mutex_lock(&s->em), 0);
+            EXPECT(pthread_mutex_unlock(&s->em), 0);
+            break;
+        case 5:
+            EXPECT(pthread_spin_lock(&s->sp), 0);
+            EXPECT(pthread_spin_unlock(&s->sp), 0);
+            break;
+        case 6:
+            EXPECT_SEM(sem_post(&s->s), 0);
+            EXPECT_SEM(sem_trywait(&s->s), 0);
+            break;
+        default:
+            EXPECT(pthread_barrier_wait(&s->b1), PTHREAD_BARRIER_SERIAL_THREAD);
+            EXPECT(pthread_rwlock_wrlock(&s->l), 0);
+            EXPECT(pthread_rwlock_unlock(&s->l), 0);
+        }
+        atomic_fetch_add(&s->progress, 1);
+    }
+    s->finished = 1;
+    pthread_testcancel();
+    return (void *)1;
+}
+static void pending_cancel_not_acted_on_by_non_cancellation_points(void)
+{
+    struct pending s;
+    memset(&s, 0, sizeof s);
+    EXPECT(pthread_mutex_init(&s.m, NULL), 0);
+    mutex_init_type(&s.em, PTHREAD_MUTEX_ERRORCHECK);
+    EXPECT(pthread_rwlock_init(&s.l, NULL), 0);
+    EXPECT(pthread_spin_init(&s.sp, 0), 0);
+    EXPECT(pthread_cond_init(&s.c, NULL), 0);
+    EXPECT_SEM(sem_init(&s.s, 0, 0), 0);
+    EXPECT(pthread_barrier_init(&s.b1, NULL, 1), 0);
+    pthread_t h[4]; /* 4 hammers + the victim on 2 vCPUs: oversubscribed */
+    for (int i = 0; i < 4; i++)
+        h[i] = spawn(pending_hammer_main, &s);
+    pthread_t v = spawn(pending_victim_main, &s);
+    void *r = join(v);
+    atomic_store(&s.stop, 1);
+    for (int i = 0; i < 4; i++)
+        join(h[i]);
+    CHECK(r == PTHREAD_CANCELED, "victim was not cancelled at pthread_testcancel");
+    static const char *const what[8] = {
+        "pthread_mutex_lock/cond_signal/cond_broadcast", "pthread_mutex_timedlock",
+        "pthread_rwlock_rdlock", "pthread_rwlock_timedwrlock", "pthread_mutex_lock (errorcheck)",
+        "pthread_spin_lock", "sem_post/sem_trywait", "pthread_barrier_wait/rwlock_wrlock"};
+    long done = atomic_load(&s.progress);
+    CHECK(s.finished, "a pending cancel acted in iteration %ld of %d, inside %s, which is not a "
+          "cancellation point", done, PENDING_ITERS, what[done % 8]);
+}
 static void rwlock_wrlock_not_cancellation_point(void) { lock_not_cancellation_point(1); }
 
 static void *lock_and_exit_main(void *p)
@@ -1620,7 +1731,7 @@ static void cond_with_mutex(pthread_mutex_t *m)
     struct pingpong s;
     memset(&s, 0, sizeof s);
     s.m = m;
-    s.rounds = 200;
+    s.rounds = 100;
     EXPECT(pthread_cond_init(&s.c, NULL), 0);
     pthread_t t = spawn(pingpong_main, &s);
     for (int i = 0; i < s.rounds; i++) {
@@ -1852,7 +1963,7 @@ static void *crace_main(void *p)
 }
 static void cond_cancel_races_wakeup(void)
 {
-    for (int round = 0; round < 450; round++) {
+    for (int round = 0; round < 300; round++) {
         struct crace s;
         memset(&s, 0, sizeof s);
         s.kind = (round / 3) % 3;
@@ -2738,7 +2849,7 @@ static void sem_counting_resource(void)
     struct sem_count c;
     memset(&c, 0, sizeof c);
     c.limit = 3;
-    c.iters = 5000;
+    c.iters = 2000;
     EXPECT_SEM(sem_init(&c.s, 0, c.limit), 0);
     pthread_t t[8];
     for (int i = 0; i < 8; i++)
@@ -3212,6 +3323,7 @@ static const struct tcase cases[] = {
     C(mutex_mutual_exclusion),
     C(mutex_lock_not_eintr),
     C(mutex_lock_not_cancellation_point),
+    C(pending_cancel_not_acted_on_by_non_cancellation_points),
     C(mutex_robust_owner_death),
     C(mutex_robust_pshared_process_death),
     C(mutex_priority_inherit),
