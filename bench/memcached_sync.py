@@ -2,36 +2,44 @@
 """memcached at 4x thread oversubscription, with and without `vsched exec`.
 
 memcached runs with 4 worker threads per vCPU (`-t 4*vCPUs`) on loopback and
-is loaded at a fixed request rate (90% get / 10% set, 10,000 keys, 2 KiB
-values, preloaded) by an open-loop client built into this script: requests
-go out at scheduled times on several pipelined connections whether or not
-earlier ones were answered, and latency runs from the scheduled send time to
-the end of the response, so a stall is charged to every request it delays
-(no coordinated omission). Each run starts a fresh memcached; runs alternate
+is loaded by bench/memcached/loadgen.c (compiled with cc into a temporary
+directory on each invocation): an open-loop client that sends requests at
+Poisson-distributed times at a fixed total rate (90% get / 10% set, 10,000
+keys of 100 bytes, stored before the timed part) over pipelined connections,
+whether or not earlier ones were answered, and takes latency from each
+request's scheduled send time to the end of its response, so a server stall
+is charged to every request it delays (no coordinated omission). The first
+second of each run is warm-up and not counted; memcached's CPU use is
+sampled over the measured window only.
+
+Each run starts a fresh memcached; for every rate of --rates, runs alternate
 between glibc (memcached alone) and vsched (`vsched exec -- memcached ...`),
-and medians over --runs are reported.
+and medians over --runs are reported (the p99 column also shows the min-max
+over runs, as a measure of the noise).
 
-Debian 12's libmemcached-tools ships memcaslap (memaslap), but its --tps
-option did not limit the rate here (it ran closed-loop at ~70k req/s) and it
-reports no percentiles, hence the built-in client.
+The client shares the vCPUs with memcached. Its lateness against the schedule
+is reported as "send lag": if the lag p99 approaches the latency p99, the
+client (or a noisy neighbour) rather than memcached sets the tail. "other
+CPU" is what the rest of the machine used meanwhile (100% = one vCPU); on a
+shared machine, runs with much of it are noise.
 
-The default rate (5,000 req/s) was picked on the 2-vCPU development VM:
-memcached alone serves it with a p99 well under a millisecond and the client
-keeps to its schedule (its own lateness is reported as "send lag"; if its p99
-reaches the latency p99, the client is the bottleneck: lower --rate).
-
-Usage: python3 bench/memcached_sync.py [--runs N] [--rate R] [--seconds S]
+Usage: python3 bench/memcached_sync.py [--runs N] [--rates R1,R2,...] [--seconds S]
+                                       [--conns N] [--client-threads N]
                                        [--vsched PATH] [--baseline-only] [--json]
-Needs: apt-get install memcached; `cargo build --release` for target/release/vsched.
+Needs: apt-get install memcached; a C compiler (cc); `cargo build --release`
+for target/release/vsched.
 """
-import argparse, atexit, collections, ctypes, json, os, random, select, shutil, signal
-import socket, statistics, subprocess, sys, time
+import argparse, atexit, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEYS = 10_000
-VALUE_SIZE = 2048
-WARMUP_S = 1.0  # responses to requests scheduled in the first second are not counted
-GRACE_S = 2.0  # how long to wait for answers after the last scheduled request
+LOADGEN_SRC = os.path.join(ROOT, "bench", "memcached", "loadgen.c")
+# On the 2-vCPU development VM, memcached -t 8 with this client kept up to about
+# 120k req/s (memcached ~1 vCPU, the client ~1 vCPU: both vCPUs busy); from about
+# 150k req/s queues grow without bound and latencies reach seconds. The default
+# sweep goes from light load to just below that point.
+DEFAULT_RATES = "20000,60000,100000,140000"
+WARMUP_S = 1.0  # requests scheduled in the first second are not counted
+GRACE_S = 2.0  # how long the client waits for answers after the last scheduled request
 
 running = []  # Popen objects of memcached (or vsched exec) still alive
 
@@ -118,13 +126,6 @@ def memcached_pid(session):
     die("cannot find the memcached process")
 
 
-def cpu_seconds(pid):
-    """User + system CPU time of a whole process (all its threads), seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def check_preload(pid, want):
     """Fails loudly unless libvsched_sync is mapped into memcached exactly when wanted."""
     with open(f"/proc/{pid}/maps") as f:
@@ -135,144 +136,54 @@ def check_preload(pid, want):
             f"{'vsched' if want else 'glibc'} run; check LD_PRELOAD and `vsched exec`")
 
 
-def request(rng, key_count, value):
-    """One request (90% get, 10% set) as bytes, and whether it is a get."""
-    key = f"key:{rng.randrange(key_count)}".encode()
-    if rng.random() < 0.9:
-        return b"get " + key + b"\r\n", True
-    return b"set " + key + b" 0 0 %d\r\n" % len(value) + value + b"\r\n", False
+def build_loadgen(tmpdir):
+    cc = shutil.which("cc") or die("no C compiler (cc) found; install gcc or clang")
+    exe = os.path.join(tmpdir, "loadgen")
+    built = subprocess.run([cc, "-O2", "-pthread", "-o", exe, LOADGEN_SRC, "-lm"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        die(f"compiling {LOADGEN_SRC} failed:\n{built.stderr.strip()}")
+    return exe
 
 
-def take_response(buf, start, is_get):
-    """End of the response that begins at buf[start] (-1 if incomplete); raises on errors."""
-    if is_get:
-        end = buf.find(b"END\r\n", start)  # values are b"x" * n, so END\r\n only ends a response
-        return end if end < 0 else end + 5
-    end = buf.find(b"\r\n", start)
-    if end < 0:
-        return end
-    if buf[start:end] != b"STORED":
-        raise RuntimeError(f"set failed: {bytes(buf[start:end])!r}")
-    return end + 2
+def run_loadgen(args, loadgen, port, pid, rate):
+    """One timed load on memcached at `port` (process `pid`); returns loadgen's JSON result."""
+    cmd = [loadgen, "-p", str(port), "-r", str(rate), "-d", str(args.seconds), "-w", str(WARMUP_S),
+           "-G", str(GRACE_S), "-c", str(args.conns), "-t", str(args.client_threads), "-P", str(pid),
+           "-s", "1"]  # the same request stream in every run
+    try:
+        # run() kills loadgen on any exception: the timeout, Ctrl-C, SIGTERM's SystemExit.
+        done = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=args.seconds + WARMUP_S + GRACE_S + 60)
+    except subprocess.TimeoutExpired:
+        die(f"loadgen did not finish in time: {' '.join(cmd)}")
+    if done.returncode != 0:
+        die(f"loadgen failed ({done.returncode}): {done.stderr.strip()}")
+    return json.loads(done.stdout)
 
 
-class Conn:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.setblocking(False)
-        self.out = bytearray()
-        self.inbuf = bytearray()
-        self.pending = collections.deque()  # (scheduled time, is_get) in send order
-
-    def fileno(self):  # lets select() take Conn objects
-        return self.sock.fileno()
-
-    def flush(self):
-        try:
-            sent = self.sock.send(self.out)
-            del self.out[:sent]
-        except BlockingIOError:
-            pass
-
-    def receive(self, now, latencies, count_from):
-        """Reads what arrived; records the latency of each completed request."""
-        try:
-            data = self.sock.recv(1 << 18)
-        except BlockingIOError:
-            return
-        if not data:
-            raise RuntimeError("memcached closed a connection")
-        self.inbuf += data
-        pos = 0
-        while self.pending:
-            end = take_response(self.inbuf, pos, self.pending[0][1])
-            if end < 0:
-                break
-            pos = end
-            sched, _ = self.pending.popleft()
-            if sched >= count_from:
-                latencies.append(now - sched)
-        del self.inbuf[:pos]
-
-
-def preload(port, value):
-    """Stores every key once, so gets hit."""
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        for start in range(0, KEYS, 200):
-            batch = range(start, min(start + 200, KEYS))
-            s.sendall(b"".join(b"set key:%d 0 0 %d\r\n%s\r\n" % (k, len(value), value) for k in batch))
-            got = b""
-            while got.count(b"STORED\r\n") < len(batch):
-                got += s.recv(1 << 16)
-
-
-def load(port, rate, seconds, conns_n, seed):
-    """Open-loop load at `rate` req/s; returns latency and send-lag samples (s) and throughput."""
-    value = b"x" * VALUE_SIZE
-    preload(port, value)
-    conns = [Conn(port) for _ in range(conns_n)]
-    rng = random.Random(seed)
-    interval = 1.0 / rate
-    total = int(rate * (WARMUP_S + seconds))
-    latencies, lags = [], []
-    t0 = time.perf_counter() + 0.05
-    count_from = t0 + WARMUP_S
-    sent = 0
-    while True:
-        now = time.perf_counter()
-        while sent < total and t0 + sent * interval <= now:
-            sched = t0 + sent * interval
-            conn = conns[sent % conns_n]
-            req, is_get = request(rng, KEYS, value)
-            conn.out += req
-            conn.pending.append((sched, is_get))
-            if sched >= count_from:
-                lags.append(now - sched)
-            sent += 1
-        for c in conns:
-            if c.out:
-                c.flush()
-        outstanding = any(c.pending for c in conns)
-        if sent >= total and not outstanding:
-            break
-        if sent >= total and now > t0 + total * interval + GRACE_S:
-            break  # unanswered requests count against throughput
-        timeout = max(0.0, t0 + sent * interval - time.perf_counter()) if sent < total else 0.01
-        readable, writable, _ = select.select(conns, [c for c in conns if c.out], [], timeout)
-        now = time.perf_counter()
-        for c in readable:
-            c.receive(now, latencies, count_from)
-    for c in conns:
-        c.sock.close()
-    return latencies, lags, len(latencies) / seconds
-
-
-def percentile(sorted_values, p):
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
-
-
-def one_run(args, memcached, vsched, threads):
+def one_run(args, loadgen, memcached, vsched, threads, rate):
     port = free_port()
     proc = start_memcached(memcached, vsched, threads, port)
     try:
         pid = memcached_pid(proc.pid)
         check_preload(pid, want=bool(vsched))
-        server_cpu, client_cpu, wall = cpu_seconds(pid), time.process_time(), time.perf_counter()
-        # The same request stream (seed) in every run.
-        lat, lags, tput = load(port, args.rate, args.seconds, args.conns, seed=1)
-        wall = time.perf_counter() - wall
-        server_cpu, client_cpu = cpu_seconds(pid) - server_cpu, time.process_time() - client_cpu
+        r = run_loadgen(args, loadgen, port, pid, rate)
     finally:
         kill_all()
-    lat.sort()
-    lags.sort()
-    return {"p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6,
-            "p999_us": percentile(lat, 99.9) * 1e6, "throughput_rps": tput,
-            "send_lag_p99_us": percentile(lags, 99) * 1e6,
-            "memcached_cpu_pct": 100 * server_cpu / wall, "client_cpu_pct": 100 * client_cpu / wall}
+    if r["server_cpu_pct"] < 0:
+        die(f"loadgen could not read memcached's CPU time from /proc/{pid}/stat")
+    if r["errors"] or r["misses"]:
+        print(f"memcached_sync: warning: {r['errors']} errors, {r['misses']} misses at {rate} req/s "
+              f"({'vsched' if vsched else 'glibc'})", file=sys.stderr)
+    return {"p50_us": r["p50_us"], "p90_us": r["p90_us"], "p99_us": r["p99_us"],
+            "p999_us": r["p999_us"], "max_us": r["max_us"], "throughput_rps": r["throughput"],
+            "send_lag_p99_us": r["lag_p99_us"], "memcached_cpu_pct": r["server_cpu_pct"],
+            "client_cpu_pct": r["client_cpu_pct"],
+            # Everything else the machine ran meanwhile (neighbours, hypervisor steal): noise.
+            "other_cpu_pct": max(0.0, r["machine_cpu_pct"] - r["server_cpu_pct"] - r["client_cpu_pct"]),
+            "errors": r["errors"] + r["misses"],
+            "unanswered": r["unfinished"]}
 
 
 def medians(samples):
@@ -286,33 +197,63 @@ def vsched_exec_works(vsched):
         return False
 
 
+def parse_rates(text):
+    try:
+        rates = [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        rates = []
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return rates
+
+
 def print_table(result):
-    print(f"memcached -t {result['threads']} on {result['vcpus']} vCPUs, {result['rate_rps']} req/s "
-          f"for {result['seconds']} s, {result['conns']} connections, medians of {result['runs']} runs")
-    print("| variant | p50 | p99 | p99.9 | throughput | memcached CPU | client CPU | client send lag p99 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, m in result["variants"].items():
-        print(f"| {name} | {m['p50_us']:.0f} us | {m['p99_us']:.0f} us | {m['p999_us']:.0f} us "
-              f"| {m['throughput_rps']:.0f} req/s | {m['memcached_cpu_pct']:.0f}% | {m['client_cpu_pct']:.0f}% "
-              f"| {m['send_lag_p99_us']:.0f} us |")
-    g, v = result["variants"].get("glibc"), result["variants"].get("vsched")
-    if g and v:
-        print(f"\nvsched / glibc: p50 {v['p50_us'] / g['p50_us']:.2f}x, p99 {v['p99_us'] / g['p99_us']:.2f}x, "
-              f"p99.9 {v['p999_us'] / g['p999_us']:.2f}x (below 1: vsched is faster), "
-              f"throughput {v['throughput_rps'] / g['throughput_rps']:.3f}x")
+    print(f"memcached -t {result['threads']} on {result['vcpus']} vCPUs, {result['seconds']:g} s per run, "
+          f"{result['conns']} connections, {result['client_threads']} client thread(s), "
+          f"medians of {result['runs']} runs (p99: median [min-max])")
+    print("| rate | variant | p50 | p99 | p99.9 | throughput | memcached CPU | client CPU | other CPU "
+          "| send lag p99 | errors / unanswered |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for entry in result["rates"]:
+        for name, m in entry["variants"].items():
+            p99s = [s["p99_us"] for s in entry["samples"][name]]
+            print(f"| {entry['rate_rps']} | {name} | {m['p50_us']:.0f} us "
+                  f"| {m['p99_us']:.0f} us [{min(p99s):.0f}-{max(p99s):.0f}] | {m['p999_us']:.0f} us "
+                  f"| {m['throughput_rps']:.0f} req/s | {m['memcached_cpu_pct']:.0f}% "
+                  f"| {m['client_cpu_pct']:.0f}% | {m['other_cpu_pct']:.0f}% | {m['send_lag_p99_us']:.0f} us "
+                  f"| {m['errors']:.0f} / {m['unanswered']:.0f} |")
+    ratios = []
+    for entry in result["rates"]:
+        g, v = entry["variants"].get("glibc"), entry["variants"].get("vsched")
+        if g and v:
+            ratios.append(f"{entry['rate_rps']} req/s: p50 {v['p50_us'] / g['p50_us']:.2f}x, "
+                          f"p99 {v['p99_us'] / g['p99_us']:.2f}x, p99.9 {v['p999_us'] / g['p999_us']:.2f}x, "
+                          f"throughput {v['throughput_rps'] / g['throughput_rps']:.3f}x, "
+                          f"memcached CPU {v['memcached_cpu_pct'] / g['memcached_cpu_pct']:.2f}x")
+    if ratios:
+        print("\nvsched / glibc (below 1: vsched is faster or uses less CPU):")
+        print("\n".join(ratios))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="runs per variant, alternating (default 3)")
-    ap.add_argument("--rate", type=int, default=5000, help="requests per second (default 5000)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per variant and rate (default 3)")
+    rate = ap.add_mutually_exclusive_group()
+    rate.add_argument("--rates", type=parse_rates, default=parse_rates(DEFAULT_RATES),
+                      help=f"requests per second to sweep, comma-separated (default {DEFAULT_RATES})")
+    rate.add_argument("--rate", type=int, help="a single rate, as --rates R")
     ap.add_argument("--seconds", type=float, default=10, help="measured seconds per run (default 10)")
     ap.add_argument("--conns", type=int, default=0, help="client connections (default: memcached's threads)")
+    ap.add_argument("--client-threads", type=int, default=1,
+                    help="load generator threads (default 1: it shares the vCPUs with memcached)")
     ap.add_argument("--vsched", default=os.path.join(ROOT, "target", "release", "vsched"),
                     help="vsched binary (default target/release/vsched)")
     ap.add_argument("--baseline-only", action="store_true", help="run memcached alone only")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
+    rates = [args.rate] if args.rate else args.rates
+    if args.runs < 1 or args.seconds <= 0 or args.client_threads < 1 or args.conns < 0 or min(rates) <= 0:
+        ap.error("--runs, --seconds, --client-threads and rates must be positive")
 
     memcached = shutil.which("memcached")
     if not memcached:
@@ -322,17 +263,26 @@ def main():
             "pass --vsched PATH, or use --baseline-only")
     vcpus = len(os.sched_getaffinity(0))
     threads = 4 * vcpus
-    args.conns = args.conns or threads  # memcached hands connections to its threads in turn
-    # Precise wake-ups for the send schedule (the default 50 us timer slack would batch sends).
-    ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
+    # memcached hands connections to its threads in turn; each client thread needs one.
+    args.conns = max(args.conns or threads, args.client_threads)
     variants = {"glibc": None} if args.baseline_only else {"glibc": None, "vsched": args.vsched}
-    samples = {name: [] for name in variants}
-    for _ in range(args.runs):
-        for name, vsched in variants.items():
-            samples[name].append(one_run(args, memcached, vsched, threads))
-    result = {"schema": "vsched.bench-memcached-sync", "version": 1, "vcpus": vcpus, "threads": threads,
-              "rate_rps": args.rate, "seconds": args.seconds, "conns": args.conns, "runs": args.runs,
-              "variants": {name: medians(s) for name, s in samples.items()}, "samples": samples}
+    samples = {rate: {name: [] for name in variants} for rate in rates}
+    tmpdir = tempfile.mkdtemp(prefix="memcached_sync.")
+    try:
+        loadgen = build_loadgen(tmpdir)
+        # Every round visits all rates and variants, so slow drifts of a noisy machine
+        # spread over all of them instead of favouring one.
+        for _ in range(args.runs):
+            for rate in rates:
+                for name, vsched in variants.items():
+                    samples[rate][name].append(one_run(args, loadgen, memcached, vsched, threads, rate))
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    result = {"schema": "vsched.bench-memcached-sync", "version": 2, "vcpus": vcpus, "threads": threads,
+              "seconds": args.seconds, "conns": args.conns, "client_threads": args.client_threads,
+              "runs": args.runs, "arrivals": "poisson",
+              "rates": [{"rate_rps": rate, "variants": {n: medians(s) for n, s in samples[rate].items()},
+                         "samples": samples[rate]} for rate in rates]}
     if args.json:
         print(json.dumps(result, indent=2))
     else:

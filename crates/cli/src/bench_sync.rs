@@ -81,7 +81,8 @@ WHAT IT RUNS
   Op counts are sized by a pilot run so each timed run lasts about 1 s; the
   glibc spin ring at 4x spins away whole time slices, so it runs few
   hand-offs. Columns: speedup = glibc / vsched time per op; 4x/1x = vsched's
-  time per op at 4x over its own at 1x; cs/op = voluntary + involuntary
+  time per unit of work at 4x over its own at 1x (a barrier round is one
+  unit per thread, as 4x the threads do 4x the work per round); cs/op = voluntary + involuntary
   context switches per op; mig/op = migrations per op (summed over the
   worker threads). The issue's goals are printed with met/missed.
 
