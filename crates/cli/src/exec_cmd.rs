@@ -77,8 +77,12 @@ pub fn run(args: ExecArgs) -> Result<u8> {
     let library = find_library(args.library.as_deref())?;
     let spin_ns = match args.spin_ns {
         Some(ns) => ns,
-        None => crate::wake_cost::idle_wake_ns()
-            .context("measuring the wake-up cost of an idle vCPU")?,
+        None => {
+            let ns = crate::wake_cost::idle_wake_ns()
+                .context("measuring the wake-up cost of an idle vCPU")?;
+            remember_spin_ns(ns);
+            ns
+        }
     };
     let mut env: Vec<(&str, OsString)> = vec![
         ("LD_PRELOAD", preload_value(&library)),
@@ -126,6 +130,19 @@ pub fn run(args: ExecArgs) -> Result<u8> {
         program.to_string_lossy()
     );
     Ok(126)
+}
+
+/// Leaves the measurement where the runtime looks when it is preloaded by
+/// hand without VSCHED_SYNC_SPIN_NS (crates/sync/src/config.rs reads the
+/// same path). Best effort: a read-only home just means the default there.
+fn remember_spin_ns(ns: u64) {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    if let Some(dir) = base.map(|b| b.join("vsched")) {
+        let _ = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("sync-spin-ns"), format!("{ns}\n")));
+    }
 }
 
 /// The runtime library: --library, $VSCHED_SYNC_LIB, or beside the vsched binary.

@@ -253,3 +253,33 @@ fn warns_that_a_static_program_cannot_be_preloaded() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("statically linked"));
 }
+
+#[test]
+fn a_hand_preloaded_program_uses_the_last_measurement() {
+    let lib = library();
+    let dir = TempDir::new("cache");
+    let out = Command::new(VSCHED)
+        .env("XDG_CACHE_HOME", &dir.0)
+        .args(["exec", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cached = std::fs::read_to_string(dir.0.join("vsched/sync-spin-ns")).unwrap();
+    let measured: u64 = cached.trim().parse().unwrap();
+
+    let stats = dir.0.join("stats.json");
+    let out = Command::new("true")
+        .env("XDG_CACHE_HOME", &dir.0)
+        .env("LD_PRELOAD", &lib)
+        .env("VSCHED_SYNC_STATS_JSON", &stats)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["spin_ns"].as_u64(), Some(measured));
+}

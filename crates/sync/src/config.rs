@@ -6,7 +6,8 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Spin budget of a waiter whose vCPU has nothing else to run: about what
-/// waking an idle vCPU costs (VSCHED_SYNC_SPIN_NS, measured by `vsched exec`).
+/// waking an idle vCPU costs (VSCHED_SYNC_SPIN_NS, measured by `vsched exec`;
+/// else what `vsched exec` measured last, from the user's cache directory).
 pub static SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_SPIN_NS);
 /// How long a waiter on an oversubscribed machine keeps yielding before it
 /// sleeps after all (VSCHED_SYNC_YIELD_NS).
@@ -39,7 +40,7 @@ pub fn stats_on() -> bool {
 
 /// Reads the environment; called from the library constructor.
 pub fn load_from_env() {
-    if let Some(v) = env_u64(c"VSCHED_SYNC_SPIN_NS") {
+    if let Some(v) = env_u64(c"VSCHED_SYNC_SPIN_NS").or_else(cached_spin_ns) {
         SPIN_NS.store(v, Relaxed);
     }
     if let Some(v) = env_u64(c"VSCHED_SYNC_YIELD_NS") {
@@ -67,7 +68,10 @@ pub fn env(name: &core::ffi::CStr) -> Option<&'static [u8]> {
 }
 
 fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
-    let bytes = env(name)?;
+    parse_u64(env(name)?)
+}
+
+fn parse_u64(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 19 || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -76,6 +80,17 @@ fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
             .iter()
             .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
     )
+}
+
+/// The spin budget `vsched exec` measured last on this machine, for
+/// programs preloaded by hand: `$XDG_CACHE_HOME/vsched/sync-spin-ns`, or
+/// under `~/.cache` (the path `vsched exec` writes; start-up only).
+fn cached_spin_ns() -> Option<u64> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    let text = std::fs::read(base.join("vsched").join("sync-spin-ns")).ok()?;
+    parse_u64(text.trim_ascii())
 }
 
 fn allowed_vcpus() -> usize {

@@ -4,6 +4,9 @@
 use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 static STARTED_IN_PID: AtomicI32 = AtomicI32::new(0);
+/// A copy of stderr for the report: programs such as coreutils close
+/// stderr in their own exit handlers, which run before ours.
+static REPORT_FD: AtomicI32 = AtomicI32::new(2);
 
 #[used]
 #[link_section = ".init_array"]
@@ -18,6 +21,11 @@ extern "C" fn start() {
         STARTED_IN_PID.store(libc::getpid(), Relaxed);
         libc::pthread_atfork(None, None, Some(child_after_fork));
         if crate::config::stats_on() {
+            // Far above the descriptors a program uses, closed on exec.
+            let fd = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 900);
+            if fd >= 0 {
+                REPORT_FD.store(fd, Relaxed);
+            }
             libc::atexit(report_at_exit);
         }
     }
@@ -41,7 +49,7 @@ extern "C" fn report_at_exit() {
             } else {
                 crate::stats::to_text(pid)
             };
-            write_all(2, text.as_bytes());
+            write_all(REPORT_FD.load(Relaxed), text.as_bytes());
         }
     }
     if let Some(path) = crate::config::env(c"VSCHED_SYNC_STATS_JSON") {
@@ -52,7 +60,7 @@ extern "C" fn report_at_exit() {
         let path = path.replace("%p", &pid.to_string());
         if let Err(e) = std::fs::write(&path, crate::stats::to_json(pid)) {
             let msg = format!("vsched-sync: cannot write statistics to {path}: {e}\n");
-            write_all(2, msg.as_bytes());
+            write_all(REPORT_FD.load(Relaxed), msg.as_bytes());
         }
     }
 }
