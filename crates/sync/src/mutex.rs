@@ -50,7 +50,25 @@ impl RawMutex {
         self.kind.load(Relaxed) & KIND_TYPE_MASK
     }
 
+    /// Recursive and errorcheck mutexes need their owner's thread id;
+    /// normal and adaptive ones do not, and skip it: reading the cached
+    /// thread id is a thread-local access, which in a preloaded library is
+    /// a function call (glibc records the owner of every kind; a debugger
+    /// sees 0 for these).
+    fn tracks_owner(&self) -> bool {
+        matches!(self.kind_type(), KIND_RECURSIVE | KIND_ERRORCHECK)
+    }
+
     pub fn lock(&self, timeout: Timeout) -> i32 {
+        if !self.tracks_owner() {
+            return match lockword::acquire(&self.lock, timeout, false) {
+                Ok(()) => {
+                    self.count_user(1);
+                    0
+                }
+                Err(e) => e,
+            };
+        }
         let me = crate::tid::current();
         if let Some(err) = self.relock_by_owner(me, libc::EDEADLK) {
             return err;
@@ -65,6 +83,13 @@ impl RawMutex {
     }
 
     pub fn trylock(&self) -> i32 {
+        if !self.tracks_owner() {
+            if !lockword::try_acquire(&self.lock) {
+                return libc::EBUSY;
+            }
+            self.count_user(1);
+            return 0;
+        }
         let me = crate::tid::current();
         if let Some(err) = self.relock_by_owner(me, libc::EBUSY) {
             return err;
@@ -91,10 +116,9 @@ impl RawMutex {
                     return 0;
                 }
             }
+            self.owner.store(0, Relaxed);
         }
-        self.owner.store(0, Relaxed);
-        self.nusers
-            .store(self.nusers.load(Relaxed).wrapping_sub(1), Relaxed);
+        self.count_user(-1);
         lockword::release(&self.lock, false);
         0
     }
@@ -104,7 +128,11 @@ impl RawMutex {
     /// CONTENDED so that our unlock wakes the next of them.
     pub fn lock_after_cond_sleep(&self) {
         lockword::acquire_contended(&self.lock, false);
-        self.became_owner(crate::tid::current());
+        if self.tracks_owner() {
+            self.became_owner(crate::tid::current());
+        } else {
+            self.count_user(1);
+        }
     }
 
     /// What a lock or trylock by the current owner returns, if anything.
@@ -128,11 +156,17 @@ impl RawMutex {
 
     fn became_owner(&self, me: i32) {
         self.owner.store(me, Relaxed);
-        self.nusers
-            .store(self.nusers.load(Relaxed).wrapping_add(1), Relaxed);
+        self.count_user(1);
         if self.kind_type() == KIND_RECURSIVE {
             self.count.store(1, Relaxed);
         }
+    }
+
+    /// glibc's `__nusers` (pthread_mutex_destroy refuses a mutex in use),
+    /// updated by the holder only.
+    fn count_user(&self, delta: i32) {
+        let users = self.nusers.load(Relaxed);
+        self.nusers.store(users.wrapping_add_signed(delta), Relaxed);
     }
 }
 
