@@ -80,7 +80,11 @@ pub fn run(args: ExecArgs) -> Result<u8> {
         None => {
             let ns = crate::wake_cost::idle_wake_ns()
                 .context("measuring the wake-up cost of an idle vCPU")?;
-            remember_spin_ns(ns);
+            // One vCPU measures 0 (nothing to spin for): not a figure for
+            // programs that run elsewhere.
+            if ns > 0 {
+                remember_spin_ns(ns);
+            }
             ns
         }
     };
@@ -172,7 +176,17 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
             candidate.display()
         );
     }
-    absolute(&candidate)
+    let candidate = absolute(&candidate)?;
+    // ld.so splits LD_PRELOAD at spaces and colons: such a path would
+    // silently run the program without the runtime.
+    if candidate.to_string_lossy().contains([' ', ':', '\t']) {
+        bail!(
+            "the runtime's path {} contains a space or a colon, which LD_PRELOAD cannot carry; \
+             copy or link the library elsewhere and name it with --library",
+            candidate.display()
+        );
+    }
+    Ok(candidate)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
@@ -201,18 +215,27 @@ fn resolve(program: &OsString) -> Option<PathBuf> {
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(p))
-        .find(|c| c.is_file())
+        .find(|c| is_executable(c))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// True if the ELF file names a program interpreter (the dynamic loader,
 /// which is what honours LD_PRELOAD); scripts count as dynamic (their
 /// interpreter usually is).
 fn is_dynamically_linked(path: &Path) -> Result<bool> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
+    // The program headers sit near the start of the file.
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path).and_then(|f| {
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 * 1024), &mut bytes)
+    });
+    if read.is_err() {
         // Unreadable but maybe executable: let exec decide.
-        Err(_) => return Ok(true),
-    };
+        return Ok(true);
+    }
     Ok(elf_has_interpreter(&bytes).unwrap_or(true))
 }
 

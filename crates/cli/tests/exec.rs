@@ -283,3 +283,22 @@ fn a_hand_preloaded_program_uses_the_last_measurement() {
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(json["spin_ns"].as_u64(), Some(measured));
 }
+
+#[test]
+fn refuses_a_library_path_that_ld_preload_would_split() {
+    let lib = library();
+    let dir = TempDir::new("space");
+    let spaced = dir.0.join("with space");
+    std::fs::create_dir_all(&spaced).unwrap();
+    let copy = spaced.join("libvsched_sync.so");
+    std::fs::copy(&lib, &copy).unwrap();
+    let out = Command::new(VSCHED)
+        .arg("exec")
+        .arg("--library")
+        .arg(&copy)
+        .args(["--spin-ns", "0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("space or a colon"));
+}

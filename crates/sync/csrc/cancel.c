@@ -22,12 +22,14 @@ long vsched_futex_wait_cancelable(uint32_t *word, int op, uint32_t val,
 {
     long rc;
     int old_type;
+    int saved_errno = errno; /* pthread functions leave errno alone */
     pthread_cleanup_push(cleanup, arg);
     /* Acts on a cancellation that is already pending. */
     pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old_type);
     rc = syscall(SYS_futex, word, op, val, ts, NULL, bitset);
     if (rc < 0)
         rc = -errno;
+    errno = saved_errno;
     pthread_setcanceltype(old_type, NULL);
     pthread_cleanup_pop(0);
     return rc;

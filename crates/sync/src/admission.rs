@@ -161,3 +161,11 @@ mod imp {
 }
 
 pub use imp::{acquired, before_acquire, releasing};
+
+/// Admission, or the statistics that measure holds, is on: the spinlock
+/// then calls the functions above; otherwise it skips them entirely.
+#[inline]
+pub fn active() -> bool {
+    use core::sync::atomic::Ordering::Relaxed;
+    crate::config::ADMISSION.load(Relaxed) || crate::config::stats_on()
+}

@@ -65,7 +65,7 @@ impl<'d> Backoff<'d> {
             match self.phase {
                 Phase::Start => {
                     bump(Counter::waits);
-                    self.phase = first_phase();
+                    self.phase = first_phase(self.deadline);
                 }
                 Phase::Spin { since_ns } => {
                     if mono_ns().saturating_sub(since_ns) < crate::config::spin_ns() {
@@ -75,7 +75,7 @@ impl<'d> Backoff<'d> {
                         return Next::Retry;
                     }
                     bump(Counter::spin_budget_exhausted);
-                    self.phase = after_spinning();
+                    self.phase = after_spinning(self.deadline);
                 }
                 Phase::Yield { since_ns, yields } => {
                     if keep_yielding(since_ns, yields) {
@@ -112,10 +112,19 @@ impl<'d> Backoff<'d> {
     }
 }
 
+/// Yield only on an oversubscribed machine, and not in a timed wait that
+/// ends before the yield budget would: such a thread would spend its whole
+/// wait yielding instead of sleeping.
 #[cfg(not(loom))]
-fn first_phase() -> Phase {
+fn should_yield(deadline: Option<&Deadline>) -> bool {
+    crate::load::oversubscribed()
+        && deadline.is_none_or(|d| d.remaining_ns() > crate::config::yield_ns())
+}
+
+#[cfg(not(loom))]
+fn first_phase(deadline: Option<&Deadline>) -> Phase {
     let now = mono_ns();
-    if crate::load::oversubscribed() {
+    if should_yield(deadline) {
         Phase::Yield {
             since_ns: now,
             yields: 0,
@@ -137,8 +146,8 @@ fn keep_yielding(since_ns: u64, yields: u32) -> bool {
 }
 
 #[cfg(not(loom))]
-fn after_spinning() -> Phase {
-    if crate::load::oversubscribed() {
+fn after_spinning(deadline: Option<&Deadline>) -> Phase {
+    if should_yield(deadline) {
         Phase::Yield {
             since_ns: mono_ns(),
             yields: 0,
@@ -151,7 +160,7 @@ fn after_spinning() -> Phase {
 // Under loom: one yield, then sleep, so both the retry and the sleep paths
 // are explored, deterministically (no clock, no machine state).
 #[cfg(loom)]
-fn first_phase() -> Phase {
+fn first_phase(_deadline: Option<&Deadline>) -> Phase {
     Phase::Yield {
         since_ns: 0,
         yields: 0,
@@ -164,7 +173,7 @@ fn keep_yielding(_since_ns: u64, yields: u32) -> bool {
 }
 
 #[cfg(loom)]
-fn after_spinning() -> Phase {
+fn after_spinning(_deadline: Option<&Deadline>) -> Phase {
     Phase::Sleep
 }
 

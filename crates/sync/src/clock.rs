@@ -32,6 +32,14 @@ impl Deadline {
         Ok(Deadline { clock, at: *at })
     }
 
+    /// Nanoseconds until the deadline (0 once passed).
+    pub fn remaining_ns(&self) -> u64 {
+        let now = now(self.clock);
+        let at = self.at.tv_sec as i128 * 1_000_000_000 + self.at.tv_nsec as i128;
+        let now = now.tv_sec as i128 * 1_000_000_000 + now.tv_nsec as i128;
+        (at - now).clamp(0, u64::MAX as i128) as u64
+    }
+
     pub fn passed(&self) -> bool {
         let now = now(self.clock);
         (now.tv_sec, now.tv_nsec) >= (self.at.tv_sec, self.at.tv_nsec)

@@ -3,12 +3,20 @@
 //! A sequence number is the futex word: signal and broadcast bump it, and a
 //! waiter waits for it to move from the value it read while still holding
 //! the mutex, so no wake-up between the unlock and the wait is lost. Every
-//! waiter that sees the bump returns (POSIX allows spurious wake-ups);
-//! sleepers are woken one (signal) or, for a broadcast, one woken and the
-//! rest moved onto the mutex's futex (FUTEX_CMP_REQUEUE), so they are
-//! released one by one as the mutex frees up instead of all stampeding for
-//! it. A waiter that was sleeping re-acquires the mutex as CONTENDED so
-//! that the chain of requeued sleepers goes on.
+//! waiter that sees the bump returns (POSIX allows spurious wake-ups).
+//! Sleepers are woken one (signal) or all with one call (broadcast); on an
+//! oversubscribed machine waiters yield instead of sleeping, and a
+//! broadcast wakes nobody through the kernel at all.
+//!
+//! A broadcast does not requeue sleepers onto the mutex (FUTEX_CMP_REQUEUE):
+//! requeued waiters could strand a plain locker, and they keep using the
+//! condvar after the broadcaster returns, which makes destroying it right
+//! away unsafe (both found in review).
+//!
+//! `waiters` counts threads inside wait; its decrement is a waiter's last
+//! access to the condvar, and pthread_cond_destroy waits for it to reach 0,
+//! so a condvar may be destroyed (and freed) as soon as no thread is
+//! blocked on it, as POSIX allows.
 //!
 //! The object is ours alone (48 zero bytes are PTHREAD_COND_INITIALIZER).
 
@@ -16,7 +24,7 @@ use crate::backoff::{sleep_while, wake, Backoff, Next};
 use crate::cancel::Cancel;
 use crate::clock::Deadline;
 use crate::futex::WaitResult;
-use crate::shim::{fence, AtomicU32, AtomicU64};
+use crate::shim::{fence, yield_now, AtomicU32};
 use crate::stats::{bump, Counter};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::*;
@@ -29,20 +37,27 @@ pub struct RawCond {
     pub seq: AtomicU32,
     pub sleepers: AtomicU32,
     pub flags: AtomicU32,
-    /// Threads inside wait: signal and broadcast skip all work without any.
+    /// Threads inside wait: signal and broadcast skip all work without any,
+    /// and destroy waits for them to leave.
     pub waiters: AtomicU32,
-    /// The waiters' mutex lock word, when a broadcast may requeue onto it.
-    pub requeue_to: AtomicU64,
 }
 
 /// The mutex a waiter releases and re-acquires.
 pub trait CondMutex {
-    /// Releases for waiting: 0, or the error pthread_cond_wait returns (EPERM).
-    fn release_for_wait(&self) -> i32;
-    /// Re-acquires; `after_sleep`: the waiter slept and may have been requeued.
-    fn reacquire(&self, after_sleep: bool);
-    /// The lock word a broadcast may requeue sleepers onto, if any.
-    fn requeue_word(&self) -> Option<&AtomicU32>;
+    /// Releases for waiting: Ok(true) if the lock was released, Ok(false)
+    /// if it stays held (a recursive mutex held more than once, as glibc),
+    /// or the error pthread_cond_wait returns (EPERM).
+    fn release_for_wait(&self) -> Result<bool, i32>;
+    /// Re-acquires after the wait: 0, or the error pthread_cond_wait
+    /// returns (EOWNERDEAD for a robust mutex whose owner died).
+    fn reacquire(&self, released: bool) -> i32;
+}
+
+/// How a wait ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Signalled,
+    TimedOut,
 }
 
 impl RawCond {
@@ -53,7 +68,6 @@ impl RawCond {
             sleepers: AtomicU32::new(0),
             flags: AtomicU32::new(flags),
             waiters: AtomicU32::new(0),
-            requeue_to: AtomicU64::new(0),
         }
     }
 
@@ -73,48 +87,40 @@ impl RawCond {
     pub fn wait(&self, mutex: &dyn CondMutex, deadline: Option<&Deadline>) -> i32 {
         self.waiters.fetch_add(1, SeqCst);
         let seq = self.seq.load(SeqCst);
-        let requeue_to = match mutex.requeue_word() {
-            Some(word) if !self.shared() && cfg!(not(loom)) => word as *const AtomicU32 as u64,
-            _ => 0,
+        let released = match mutex.release_for_wait() {
+            Ok(released) => released,
+            Err(e) => {
+                self.waiters.fetch_sub(1, SeqCst);
+                return e;
+            }
         };
-        if self.requeue_to.load(Relaxed) != requeue_to {
-            self.requeue_to.store(requeue_to, Relaxed);
-        }
-        let err = mutex.release_for_wait();
-        if err != 0 {
-            self.waiters.fetch_sub(1, SeqCst);
-            return err;
-        }
         let state = Waiting {
             cond: self,
             mutex,
             seq,
-            slept: core::cell::Cell::new(false),
+            released,
         };
         let cancel = Cancel::new(cancelled, &state as *const Waiting as *mut c_void);
-        let timed_out = self.wait_for_bump(seq, deadline, &state, &cancel);
+        let outcome = self.wait_for_bump(seq, deadline, &cancel);
+        // The last access to the condvar (see the module comment).
         self.waiters.fetch_sub(1, SeqCst);
-        mutex.reacquire(state.slept.get());
-        if timed_out {
-            libc::ETIMEDOUT
-        } else {
-            0
+        let err = mutex.reacquire(released);
+        if err != 0 {
+            return err;
+        }
+        match outcome {
+            Outcome::Signalled => 0,
+            Outcome::TimedOut => libc::ETIMEDOUT,
         }
     }
 
-    /// Waits for `seq` to move; true if the deadline passed first.
-    fn wait_for_bump(
-        &self,
-        seq: u32,
-        deadline: Option<&Deadline>,
-        state: &Waiting,
-        cancel: &Cancel,
-    ) -> bool {
+    /// Waits for `seq` to move (or a wake-up, or the deadline).
+    fn wait_for_bump(&self, seq: u32, deadline: Option<&Deadline>, cancel: &Cancel) -> Outcome {
         let mut backoff = Backoff::new(deadline);
         loop {
             if self.seq.load(Acquire) != seq {
                 backoff.done();
-                return false;
+                return Outcome::Signalled;
             }
             match backoff.pause() {
                 Next::Retry => {
@@ -122,9 +128,8 @@ impl RawCond {
                         cancel.test();
                     }
                 }
-                Next::TimedOut => return true,
+                Next::TimedOut => return Outcome::TimedOut,
                 Next::Sleep => {
-                    state.slept.set(true);
                     let r = sleep_while(
                         &self.seq,
                         seq,
@@ -133,9 +138,22 @@ impl RawCond {
                         self.shared(),
                         Some(cancel),
                     );
-                    if r == WaitResult::TimedOut && self.seq.load(Acquire) == seq {
-                        bump(Counter::timeouts);
-                        return true;
+                    let moved = self.seq.load(Acquire) != seq;
+                    match r {
+                        WaitResult::TimedOut if !moved => {
+                            bump(Counter::timeouts);
+                            return Outcome::TimedOut;
+                        }
+                        // Woken although the sequence did not move: the
+                        // wake-up was meant for a waiter that slept before
+                        // this one (the kernel picks sleepers by priority,
+                        // not by age). Hand it on, then return: a spurious
+                        // wake-up is allowed, a lost signal is not.
+                        WaitResult::Woken if !moved => {
+                            wake(&self.seq, &self.sleepers, 1, self.shared());
+                            return Outcome::Signalled;
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -154,27 +172,18 @@ impl RawCond {
         if self.waiters.load(SeqCst) == 0 {
             return;
         }
-        let seq = self.seq.fetch_add(1, SeqCst).wrapping_add(1);
-        // Pairs with the fence in sleep_while (see there).
+        self.seq.fetch_add(1, SeqCst);
+        wake(&self.seq, &self.sleepers, i32::MAX, self.shared());
+    }
+
+    /// pthread_cond_destroy: returns once every thread that was inside a
+    /// wait has left it (woken threads are on their way out; a thread still
+    /// blocked would be a program error, as in glibc, and keeps us here).
+    pub fn destroy(&self) {
         fence(SeqCst);
-        if self.sleepers.load(SeqCst) == 0 {
-            return;
+        while self.waiters.load(SeqCst) != 0 {
+            yield_now();
         }
-        #[cfg(not(loom))]
-        {
-            let target = self.requeue_to.load(Relaxed) as *const AtomicU32;
-            // SAFETY: a waiter stored its mutex's lock word, which POSIX
-            // requires to stay valid while threads wait on this condvar.
-            if !target.is_null()
-                && crate::futex::wake_one_requeue_rest(&self.seq, seq, unsafe { &*target })
-            {
-                bump(Counter::requeues);
-                return;
-            }
-        }
-        let _ = seq;
-        bump(Counter::wakes);
-        crate::shim::futex_wake(&self.seq, i32::MAX, self.shared());
     }
 }
 
@@ -184,7 +193,7 @@ struct Waiting<'a> {
     mutex: &'a dyn CondMutex,
     /// The sequence number the waiter waited to move.
     seq: u32,
-    slept: core::cell::Cell<bool>,
+    released: bool,
 }
 
 /// Cleanup of a waiter cancelled inside wait: leave and re-acquire the
@@ -195,9 +204,9 @@ unsafe extern "C" fn cancelled(arg: *mut c_void) {
     // SAFETY: arg is the &Waiting of the cancelled wait, still on its stack.
     let state = unsafe { &*(arg as *const Waiting) };
     let cond = state.cond;
-    cond.waiters.fetch_sub(1, SeqCst);
     if cond.seq.load(SeqCst) != state.seq {
         wake(&cond.seq, &cond.sleepers, 1, cond.shared());
     }
-    state.mutex.reacquire(state.slept.get());
+    cond.waiters.fetch_sub(1, SeqCst);
+    state.mutex.reacquire(state.released);
 }

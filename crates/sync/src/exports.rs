@@ -14,7 +14,6 @@ use crate::mutex::RawMutex;
 use crate::real;
 use crate::rwlock::RawRwLock;
 use crate::sem::{RawSem, FUTEX_PRIVATE, FUTEX_SHARED, VALUE_MAX};
-use crate::shim::AtomicU32;
 use crate::spin::RawSpin;
 use core::ffi::{c_int, c_uint};
 use core::sync::atomic::Ordering::Relaxed;
@@ -147,27 +146,24 @@ impl WaitMutex {
 }
 
 impl CondMutex for WaitMutex {
-    fn release_for_wait(&self) -> i32 {
+    fn release_for_wait(&self) -> Result<bool, i32> {
         if self.raw().handled_by_glibc() {
             // SAFETY: a live mutex.
-            return unsafe { real::mutex_unlock(self.0) };
+            return match unsafe { real::mutex_unlock(self.0) } {
+                0 => Ok(true),
+                e => Err(e),
+            };
         }
-        self.raw().unlock()
+        self.raw().release_for_cond()
     }
 
-    fn reacquire(&self, after_sleep: bool) {
+    fn reacquire(&self, released: bool) -> i32 {
         if self.raw().handled_by_glibc() {
-            // SAFETY: a live mutex. (A robust mutex's EOWNERDEAD is lost here.)
-            unsafe { real::mutex_lock(self.0) };
-        } else if after_sleep {
-            self.raw().lock_after_cond_sleep();
-        } else {
-            self.raw().lock(None);
+            // SAFETY: a live mutex. EOWNERDEAD is passed on to the caller.
+            return unsafe { real::mutex_lock(self.0) };
         }
-    }
-
-    fn requeue_word(&self) -> Option<&AtomicU32> {
-        (!self.raw().handled_by_glibc()).then(|| &self.raw().lock)
+        self.raw().reacquire_for_cond(released);
+        0
     }
 }
 
@@ -197,7 +193,8 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_cond_destroy(_c: *mut pthread_cond_t) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> c_int {
+    unsafe { view::<RawCond, _>(c) }.destroy();
     0
 }
 
@@ -257,7 +254,8 @@ pub unsafe extern "C-unwind" fn pthread_barrier_init(
     a: *const pthread_barrierattr_t,
     count: c_uint,
 ) -> c_int {
-    if count == 0 || count > i32::MAX as c_uint {
+    // glibc's limit: counts from INT_MAX up are refused.
+    if count == 0 || count >= i32::MAX as c_uint {
         return libc::EINVAL;
     }
     let mut pshared: c_int = 0;
@@ -275,10 +273,7 @@ pub unsafe extern "C-unwind" fn pthread_barrier_init(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_barrier_destroy(b: *mut pthread_barrier_t) -> c_int {
-    if unsafe { view::<RawBarrier, _>(b) }.busy() {
-        return libc::EBUSY;
-    }
-    0
+    unsafe { view::<RawBarrier, _>(b) }.destroy()
 }
 
 #[no_mangle]
@@ -456,7 +451,8 @@ pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn sem_destroy(_s: *mut sem_t) -> c_int {
+pub unsafe extern "C-unwind" fn sem_destroy(s: *mut sem_t) -> c_int {
+    unsafe { view::<RawSem, _>(s) }.destroy();
     0
 }
 

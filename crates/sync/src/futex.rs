@@ -6,7 +6,6 @@ use core::sync::atomic::AtomicU32;
 
 const FUTEX_WAIT_BITSET: i32 = 9;
 const FUTEX_WAKE: i32 = 1;
-const FUTEX_CMP_REQUEUE: i32 = 4;
 const FUTEX_PRIVATE_FLAG: i32 = 128;
 const FUTEX_CLOCK_REALTIME: i32 = 256;
 pub const BITSET_MATCH_ANY: u32 = u32::MAX;
@@ -41,6 +40,7 @@ pub fn wait(
     shared: bool,
 ) -> WaitResult {
     let (futex_op, ts_ptr) = wait_op(deadline, shared);
+    let saved = errno();
     // SAFETY: word is a valid, aligned u32 for the duration of the call;
     // ts_ptr is null or points to a live timespec.
     let rc = unsafe {
@@ -55,10 +55,12 @@ pub fn wait(
         )
     };
     if rc == 0 {
-        WaitResult::Woken
-    } else {
-        result_of_errno(errno())
+        return WaitResult::Woken;
     }
+    let e = errno();
+    // pthread and sem functions leave errno alone unless they fail.
+    set_errno(saved);
+    result_of_errno(e)
 }
 
 /// The futex operation and timeout pointer of a wait until `deadline`.
@@ -93,31 +95,16 @@ pub fn wake(word: &AtomicU32, n: i32, shared: bool) {
     }
 }
 
-/// Wakes one sleeper on `from` and moves the others to `to`'s wait queue,
-/// provided `*from` still equals `expected`. False when it did not (the
-/// caller then wakes everyone instead).
-pub fn wake_one_requeue_rest(from: &AtomicU32, expected: u32, to: &AtomicU32) -> bool {
-    // SAFETY: both addresses are valid u32s; val2 (the requeue count) is
-    // passed in the timeout slot, as the futex ABI specifies.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            from.as_ptr(),
-            op(FUTEX_CMP_REQUEUE, false),
-            1,
-            i32::MAX as usize,
-            to.as_ptr(),
-            expected,
-        )
-    };
-    rc >= 0
-}
-
 pub fn yield_now() {
     // SAFETY: no arguments.
     unsafe {
         libc::sched_yield();
     }
+}
+
+fn set_errno(e: i32) {
+    // SAFETY: glibc's thread-local errno location is always valid.
+    unsafe { *libc::__errno_location() = e };
 }
 
 fn errno() -> i32 {

@@ -33,6 +33,7 @@ extern "C" fn start() {
 
 extern "C" fn child_after_fork() {
     crate::tid::forget();
+    crate::load::after_fork();
 }
 
 /// VSCHED_SYNC_STATS: a table on stderr ("json": JSON on stderr).

@@ -4,10 +4,12 @@
 //! for the whole process, so a waiter pays an atomic load, not a syscall.
 
 use crate::clock::mono_ns;
-use crate::config::VCPUS;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
 static LOADAVG_FD: AtomicI32 = AtomicI32::new(-1);
+/// The machine's vCPUs: the runnable count is machine-wide, so it is
+/// compared with all of them, not with this process's affinity mask.
+static ONLINE_CPUS: AtomicU64 = AtomicU64::new(1);
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(0);
 static REFRESHING: AtomicBool = AtomicBool::new(false);
 static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
@@ -19,12 +21,15 @@ const REFRESH_NS: u64 = 1_000_000;
 /// Opens /proc/loadavg once (constructor). Kept open across fork: the
 /// kernel regenerates it on every pread at offset 0.
 pub fn init() {
+    // SAFETY: sysconf has no memory-safety requirements.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    ONLINE_CPUS.store(online.max(1) as u64, Relaxed);
     // SAFETY: a constant NUL-terminated path.
     let fd = unsafe { libc::open(c"/proc/loadavg".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     LOADAVG_FD.store(fd, Relaxed);
 }
 
-/// True when more threads are runnable than this process has vCPUs.
+/// True when more threads are runnable than the machine has vCPUs.
 pub fn oversubscribed() -> bool {
     let now = mono_ns();
     if now.saturating_sub(CHECKED_AT_NS.load(Relaxed)) >= REFRESH_NS
@@ -32,12 +37,18 @@ pub fn oversubscribed() -> bool {
     {
         if let Some(runnable) = read_runnable() {
             LAST_RUNNABLE.store(runnable, Relaxed);
-            OVERSUBSCRIBED.store(runnable as usize > VCPUS.load(Relaxed), Relaxed);
+            OVERSUBSCRIBED.store(runnable > ONLINE_CPUS.load(Relaxed), Relaxed);
         }
         CHECKED_AT_NS.store(now, Relaxed);
         REFRESHING.store(false, Release);
     }
     OVERSUBSCRIBED.load(Relaxed)
+}
+
+/// In a child after fork(): a refresh the parent had under way when it
+/// forked would otherwise never end.
+pub fn after_fork() {
+    REFRESHING.store(false, Relaxed);
 }
 
 pub fn last_runnable() -> u64 {

@@ -58,16 +58,6 @@ pub fn acquire(word: &AtomicU32, timeout: Timeout, shared: bool) -> Result<(), i
     }
 }
 
-/// Acquires as a sleeper would (leaving the word CONTENDED), for a thread
-/// that may have been requeued onto this word by a condvar broadcast: its
-/// unlock must wake the next requeued sleeper.
-pub fn acquire_contended(word: &AtomicU32, shared: bool) {
-    while word.swap(CONTENDED, Acquire) != UNLOCKED {
-        bump(Counter::sleeps);
-        futex_wait(word, CONTENDED, None, shared);
-    }
-}
-
 pub fn release(word: &AtomicU32, shared: bool) {
     if word.swap(UNLOCKED, Release) == CONTENDED {
         bump(Counter::wakes);

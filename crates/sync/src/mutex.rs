@@ -123,15 +123,44 @@ impl RawMutex {
         0
     }
 
-    /// Re-acquires after sleeping in a condition variable, whose broadcast
-    /// may have moved other sleepers onto this lock word: take it as
-    /// CONTENDED so that our unlock wakes the next of them.
-    pub fn lock_after_cond_sleep(&self) {
-        lockword::acquire_contended(&self.lock, false);
+    /// pthread_cond_wait's release: as unlock, but the mutex stays "in
+    /// use" (pthread_mutex_destroy refuses it, as glibc), and a recursive
+    /// mutex held more than once keeps its lock, as in glibc: Ok(false).
+    pub fn release_for_cond(&self) -> Result<bool, i32> {
+        let kind = self.kind_type();
+        if kind == KIND_RECURSIVE || kind == KIND_ERRORCHECK {
+            if self.owner.load(Relaxed) != crate::tid::current()
+                || self.lock.load(Relaxed) == UNLOCKED
+            {
+                return Err(libc::EPERM);
+            }
+            if kind == KIND_RECURSIVE {
+                let depth = self.count.load(Relaxed) - 1;
+                self.count.store(depth, Relaxed);
+                if depth > 0 {
+                    return Ok(false);
+                }
+            }
+            self.owner.store(0, Relaxed);
+        }
+        lockword::release(&self.lock, false);
+        Ok(true)
+    }
+
+    /// Takes the mutex back after a condition wait (see release_for_cond).
+    pub fn reacquire_for_cond(&self, released: bool) {
+        if !released {
+            // A recursive mutex that was never let go: restore its level.
+            self.count.store(self.count.load(Relaxed) + 1, Relaxed);
+            return;
+        }
+        // Without a deadline the lock cannot fail.
+        let _ = lockword::acquire(&self.lock, None, false);
         if self.tracks_owner() {
-            self.became_owner(crate::tid::current());
-        } else {
-            self.count_user(1);
+            self.owner.store(crate::tid::current(), Relaxed);
+            if self.kind_type() == KIND_RECURSIVE {
+                self.count.store(1, Relaxed);
+            }
         }
     }
 

@@ -2,34 +2,37 @@
 //! re-enter while a writer waits); writer-preferring for the
 //! PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP kind.
 //!
-//! `state` counts readers, with a writer bit. Waiters of both kinds watch
-//! one sequence number that every release bumps when someone waits, through
-//! the shared backoff policy; a release wakes all sleepers (a writer's
-//! release may let every reader in).
+//! One word, `state`, holds the reader count, a writer bit and a sleepers
+//! bit, and is also the futex word. A release is a single atomic operation
+//! on it (clearing the sleepers bit when it frees the lock), followed at
+//! most by a futex wake, which touches no memory: so the lock can be
+//! destroyed and freed by the next holder as soon as it is released.
+//! Waiters go through the shared backoff policy; only sleepers set the
+//! sleepers bit, so releases wake nobody while waiters merely yield.
 //!
 //! Offsets 24 (writer's tid), 28 (process-shared) and 48 (kind) are
 //! glibc's, so the static initialisers keep their meaning.
 
-use crate::backoff::{sleep_while, wake, Backoff, Next};
+use crate::backoff::{Backoff, Next};
 use crate::clock::{BadDeadline, Deadline};
 use crate::futex::WaitResult;
-use crate::shim::{fence, AtomicI32, AtomicU32};
+use crate::shim::{futex_wait, futex_wake, AtomicI32, AtomicU32};
+use crate::stats::{bump, Counter};
 use core::sync::atomic::Ordering::*;
 
 const WRITER: u32 = 1 << 31;
-const MAX_READERS: u32 = WRITER - 1;
+const SLEEPERS: u32 = 1 << 30;
+const READERS: u32 = SLEEPERS - 1;
 /// glibc's PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP.
 pub const KIND_PREFER_WRITER: u32 = 2;
 
 #[repr(C)]
 pub struct RawRwLock {
     pub state: AtomicU32,
-    pub seq: AtomicU32,
-    pub sleepers: AtomicU32,
-    /// Threads inside a waiting rdlock/wrlock (releases skip the bump without).
-    pub waiting: AtomicU32,
+    /// Writers inside a waiting wrlock (writer-preferring locks hold
+    /// readers back while there are any).
     pub writers_waiting: AtomicU32,
-    _pad: AtomicU32,
+    _pad: [AtomicU32; 4],
     pub writer: AtomicI32,
     pub shared: AtomicU32,
     _pad2: [AtomicU32; 4],
@@ -47,27 +50,24 @@ enum Mode {
 impl RawRwLock {
     #[cfg(any(test, loom))]
     pub fn new(kind: u32) -> Self {
+        let zero = || AtomicU32::new(0);
         RawRwLock {
-            state: AtomicU32::new(0),
-            seq: AtomicU32::new(0),
-            sleepers: AtomicU32::new(0),
-            waiting: AtomicU32::new(0),
-            writers_waiting: AtomicU32::new(0),
-            _pad: AtomicU32::new(0),
+            state: zero(),
+            writers_waiting: zero(),
+            _pad: [zero(), zero(), zero(), zero()],
             writer: AtomicI32::new(0),
-            shared: AtomicU32::new(0),
-            _pad2: [
-                AtomicU32::new(0),
-                AtomicU32::new(0),
-                AtomicU32::new(0),
-                AtomicU32::new(0),
-            ],
+            shared: zero(),
+            _pad2: [zero(), zero(), zero(), zero()],
             kind: AtomicU32::new(kind),
         }
     }
 
     fn is_shared(&self) -> bool {
         self.shared.load(Relaxed) != 0
+    }
+
+    fn prefers_writers(&self) -> bool {
+        self.kind.load(Relaxed) == KIND_PREFER_WRITER
     }
 
     /// One attempt: Ok(true) acquired, Ok(false) must wait, Err(errno).
@@ -83,7 +83,7 @@ impl RawRwLock {
             if writers_first && self.writers_waiting.load(Relaxed) > 0 {
                 return Ok(false);
             }
-            if state == MAX_READERS {
+            if state & READERS == READERS {
                 return Err(libc::EAGAIN);
             }
             match self
@@ -97,25 +97,30 @@ impl RawRwLock {
     }
 
     fn try_write(&self) -> Result<bool, i32> {
-        if self
-            .state
-            .compare_exchange(0, WRITER, Acquire, Relaxed)
-            .is_ok()
-        {
-            self.writer.store(crate::tid::current(), Relaxed);
-            return Ok(true);
+        let mut state = self.state.load(Relaxed);
+        loop {
+            if state & (WRITER | READERS) != 0 {
+                if state & WRITER != 0 && self.writer.load(Relaxed) == crate::tid::current() {
+                    return Err(libc::EDEADLK);
+                }
+                return Ok(false);
+            }
+            match self
+                .state
+                .compare_exchange_weak(state, state | WRITER, Acquire, Relaxed)
+            {
+                Ok(_) => {
+                    self.writer.store(crate::tid::current(), Relaxed);
+                    return Ok(true);
+                }
+                Err(now) => state = now,
+            }
         }
-        if self.state.load(Relaxed) & WRITER != 0
-            && self.writer.load(Relaxed) == crate::tid::current()
-        {
-            return Err(libc::EDEADLK);
-        }
-        Ok(false)
     }
 
     fn try_mode(&self, mode: Mode) -> Result<bool, i32> {
         match mode {
-            Mode::Read => self.try_read(self.kind.load(Relaxed) == KIND_PREFER_WRITER),
+            Mode::Read => self.try_read(self.prefers_writers()),
             Mode::Write => self.try_write(),
         }
     }
@@ -123,7 +128,7 @@ impl RawRwLock {
     pub fn tryrdlock(&self) -> i32 {
         // As glibc: a writer-preferring lock refuses readers while a writer
         // waits, and a try never reports EDEADLK.
-        match self.try_read(self.kind.load(Relaxed) == KIND_PREFER_WRITER) {
+        match self.try_read(self.prefers_writers()) {
             Ok(true) => 0,
             Ok(false) | Err(libc::EDEADLK) => libc::EBUSY,
             Err(e) => e,
@@ -133,8 +138,7 @@ impl RawRwLock {
     pub fn trywrlock(&self) -> i32 {
         match self.try_write() {
             Ok(true) => 0,
-            Ok(false) => libc::EBUSY,
-            Err(libc::EDEADLK) => libc::EBUSY,
+            Ok(false) | Err(libc::EDEADLK) => libc::EBUSY,
             Err(e) => e,
         }
     }
@@ -159,30 +163,21 @@ impl RawRwLock {
             Some(Err(BadDeadline::Invalid)) => return libc::EINVAL,
             Some(Err(BadDeadline::Passed)) => return libc::ETIMEDOUT,
         };
-        self.waiting.fetch_add(1, SeqCst);
         if mode == Mode::Write {
             self.writers_waiting.fetch_add(1, SeqCst);
         }
-        // Pairs with the fence in unlock: the unlocker sees us waiting, or
-        // we see its release.
-        fence(SeqCst);
         let result = self.wait_for(mode, deadline.as_ref());
-        if mode == Mode::Write {
-            // A reader held back by this writer must re-check.
-            if self.writers_waiting.fetch_sub(1, SeqCst) == 1 && result != 0 {
-                self.bump_and_wake();
-            }
+        if mode == Mode::Write && self.writers_waiting.fetch_sub(1, SeqCst) == 1 && result != 0 {
+            // Readers held back by this writer, some maybe asleep: let them
+            // look again.
+            wake_all(&self.state, self.is_shared());
         }
-        self.waiting.fetch_sub(1, SeqCst);
         result
     }
 
     fn wait_for(&self, mode: Mode, deadline: Option<&Deadline>) -> i32 {
         let mut backoff = Backoff::new(deadline);
         loop {
-            // Read the sequence before trying: a release after a failed try
-            // bumps it, so the sleep below cannot miss that release.
-            let seq = self.seq.load(SeqCst);
             match self.try_mode(mode) {
                 Ok(true) => {
                     backoff.done();
@@ -195,52 +190,80 @@ impl RawRwLock {
                 Next::Retry => {}
                 Next::TimedOut => return libc::ETIMEDOUT,
                 Next::Sleep => {
-                    let r = sleep_while(
-                        &self.seq,
-                        seq,
-                        &self.sleepers,
-                        deadline,
-                        self.is_shared(),
-                        None,
-                    );
-                    if r == WaitResult::TimedOut && self.try_mode(mode) != Ok(true) {
-                        return libc::ETIMEDOUT;
-                    } else if r == WaitResult::TimedOut {
-                        return 0;
+                    if self.sleep(deadline) == WaitResult::TimedOut {
+                        return match self.try_mode(mode) {
+                            Ok(true) => 0,
+                            Ok(false) => {
+                                bump(Counter::timeouts);
+                                libc::ETIMEDOUT
+                            }
+                            Err(e) => e,
+                        };
                     }
                 }
             }
         }
     }
 
-    pub fn unlock(&self) -> i32 {
+    /// Sleeps until the state changes, having set the sleepers bit so the
+    /// release that frees the lock wakes us.
+    fn sleep(&self, deadline: Option<&Deadline>) -> WaitResult {
         let state = self.state.load(Relaxed);
+        if state & (WRITER | READERS) == 0 {
+            return WaitResult::Changed; // free now: try again
+        }
+        let announced = state | SLEEPERS;
+        if state & SLEEPERS == 0
+            && self
+                .state
+                .compare_exchange(state, announced, Relaxed, Relaxed)
+                .is_err()
+        {
+            return WaitResult::Changed;
+        }
+        bump(Counter::sleeps);
+        futex_wait(&self.state, announced, deadline, self.is_shared())
+    }
+
+    pub fn unlock(&self) -> i32 {
+        // Read before the release: afterwards the lock may be gone.
+        let shared = self.is_shared();
+        let mut state = self.state.load(Relaxed);
         if state & WRITER != 0 {
             self.writer.store(0, Relaxed);
-            self.state.store(0, SeqCst);
-        } else if state == 0 {
-            return libc::EPERM;
-        } else {
-            let before = self.state.fetch_sub(1, SeqCst);
-            if before != 1 {
-                // Other readers still hold it: nobody can get in yet.
-                return 0;
+            let before = self.state.swap(0, Release);
+            if before & SLEEPERS != 0 {
+                wake_all(&self.state, shared);
+            }
+            return 0;
+        }
+        loop {
+            let readers = state & READERS;
+            if readers == 0 {
+                return libc::EPERM;
+            }
+            // The last reader frees the lock and takes the sleepers bit with it.
+            let next = if readers == 1 { 0 } else { state - 1 };
+            match self
+                .state
+                .compare_exchange_weak(state, next, Release, Relaxed)
+            {
+                Ok(_) => {
+                    if readers == 1 && state & SLEEPERS != 0 {
+                        wake_all(&self.state, shared);
+                    }
+                    return 0;
+                }
+                Err(now) => state = now,
             }
         }
-        fence(SeqCst);
-        if self.waiting.load(SeqCst) > 0 {
-            self.bump_and_wake();
-        }
-        0
     }
+}
 
-    fn bump_and_wake(&self) {
-        self.seq.fetch_add(1, SeqCst);
-        wake(&self.seq, &self.sleepers, i32::MAX, self.is_shared());
-    }
-
-    /// Held by anyone (pthread_rwlock_destroy returns EBUSY then... glibc does not check).
-    pub fn held(&self) -> bool {
-        self.state.load(Relaxed) != 0
-    }
+/// Wakes every sleeper on `state`: a freed lock may let all readers in at
+/// once. Only the address is used, so this is safe after the release even
+/// if the lock has been destroyed meanwhile.
+fn wake_all(state: &AtomicU32, shared: bool) {
+    bump(Counter::wakes);
+    futex_wake(state, i32::MAX, shared);
 }

@@ -24,6 +24,10 @@ pub struct RawSem {
     pub value: AtomicU32,
     pub sleepers: AtomicU32,
     pub private: AtomicI32,
+    /// Posts between their increment and their wake-up: sem_destroy waits
+    /// for them, so a waiter may destroy and free the semaphore as soon as
+    /// its wait returns. (glibc's padding; glibc never touches it.)
+    pub posting: AtomicU32,
 }
 
 impl RawSem {
@@ -33,6 +37,7 @@ impl RawSem {
             value: AtomicU32::new(value),
             sleepers: AtomicU32::new(0),
             private: AtomicI32::new(FUTEX_PRIVATE),
+            posting: AtomicU32::new(0),
         }
     }
 
@@ -96,9 +101,11 @@ impl RawSem {
 
     /// sem_post: 0 or EOVERFLOW.
     pub fn post(&self) -> i32 {
+        self.posting.fetch_add(1, SeqCst);
         let mut value = self.value.load(Relaxed);
         loop {
             if value >= VALUE_MAX {
+                self.posting.fetch_sub(1, SeqCst);
                 return libc::EOVERFLOW;
             }
             match self
@@ -110,7 +117,17 @@ impl RawSem {
             }
         }
         wake(&self.value, &self.sleepers, 1, self.shared());
+        // The last access (see `posting`).
+        self.posting.fetch_sub(1, SeqCst);
         0
+    }
+
+    /// sem_destroy: returns once posts under way have finished with the
+    /// semaphore.
+    pub fn destroy(&self) {
+        while self.posting.load(SeqCst) != 0 {
+            crate::shim::yield_now();
+        }
     }
 }
 

@@ -23,7 +23,6 @@ counters! {
     yield_wins: "waits that ended while yielding",
     sleeps: "futex sleeps",
     wakes: "futex wake calls",
-    requeues: "broadcasts that moved sleepers to the mutex instead of waking them all",
     timeouts: "timed waits that timed out",
     admission_yields: "spinlock acquisitions deferred to a fresh time slice (admission)",
     admission_checks: "spinlock acquisitions whose remaining time slice was predicted",

@@ -17,7 +17,6 @@ use vsched_sync::cond::{CondMutex, RawCond};
 use vsched_sync::mutex::{RawMutex, KIND_NORMAL};
 use vsched_sync::rwlock::RawRwLock;
 use vsched_sync::sem::RawSem;
-use vsched_sync::shim::AtomicU32;
 use vsched_sync::spin::RawSpin;
 
 /// A value whose accesses loom checks for races (so two lock holders at
@@ -44,18 +43,12 @@ impl Checked {
 struct Mutex(RawMutex);
 
 impl CondMutex for Mutex {
-    fn release_for_wait(&self) -> i32 {
-        self.0.unlock()
+    fn release_for_wait(&self) -> Result<bool, i32> {
+        self.0.release_for_cond()
     }
-    fn reacquire(&self, after_sleep: bool) {
-        if after_sleep {
-            self.0.lock_after_cond_sleep();
-        } else {
-            assert_eq!(self.0.lock(None), 0);
-        }
-    }
-    fn requeue_word(&self) -> Option<&AtomicU32> {
-        Some(&self.0.lock)
+    fn reacquire(&self, released: bool) -> i32 {
+        self.0.reacquire_for_cond(released);
+        0
     }
 }
 
@@ -135,7 +128,11 @@ fn cond_broadcast_wakes_every_waiter() {
 
 #[test]
 fn barrier_releases_everyone_with_one_serial_thread_per_round() {
-    loom::model(|| {
+    // Unbounded, two rounds take minutes: three preemptions cover the
+    // arrival races that matter (a late arrival against the round change).
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
         let barrier = Arc::new(RawBarrier::new(2));
         let serials = Arc::new(LoomU32::new(0));
         let run = |barrier: &RawBarrier, serials: &LoomU32| {
