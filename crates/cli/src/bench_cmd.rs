@@ -531,7 +531,8 @@ fn build_openmp() -> Result<Option<PathBuf>> {
     Ok(Some(bin))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// Median (NaN when empty); sorts `v`.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

@@ -10,6 +10,7 @@
 //! barrier round counts one unit per thread) and `goals` (the
 //! issue's targets with the measured value and whether each was met).
 
+use crate::bench_cmd::median;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -382,19 +383,6 @@ fn side(samples: &[Sample]) -> Side {
         voluntary_per_op: per_op(|s| s.voluntary_ctxt_switches as f64),
         involuntary_per_op: per_op(|s| s.involuntary_ctxt_switches as f64),
         migrations_per_op: per_op(|s| s.migrations as f64),
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
