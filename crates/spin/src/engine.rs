@@ -152,8 +152,12 @@ impl Load {
                 .ok()
                 .and_then(|t| runnable_tasks(&t))
             {
-                // The detector itself is running while it reads.
-                self.over = running.saturating_sub(1) > self.cpus;
+                // The detector itself is running while it reads; and one
+                // more runnable task than vCPUs is tolerated, since a
+                // passing kernel worker or shell command must not switch
+                // a program with one thread per vCPU into demotions and
+                // fast sampling (measured: OpenMP at 1x ran 3x slower).
+                self.over = running.saturating_sub(1) > self.cpus + 1;
             }
         }
         self.over
@@ -378,7 +382,13 @@ impl Engine {
             self.stats.spin_samples += 1;
             t.episode_samples += 1;
             t.last_spin_ns = s.time_ns;
-            if t.suspect_since.is_none() {
+            // Fast sampling serves demotion (catching a spinner again soon,
+            // restoring it as soon as it leaves): with a vCPU free for every
+            // runnable thread nothing is demoted, and the extra timer
+            // interrupts would only slow the program.
+            let worth_watching =
+                self.cfg.action == Action::Observe || self.load.oversubscribed(s.time_ns);
+            if t.suspect_since.is_none() && worth_watching {
                 if let Ok(fast) = ThreadSampler::open(tid, self.cfg.suspect_period_ns, true) {
                     // Samples still in the old buffer are older than this one: dropped.
                     t.sampler = fast;
