@@ -106,10 +106,6 @@ impl<'d> Backoff<'d> {
     pub fn yielding(&self) -> bool {
         matches!(self.phase, Phase::Yield { .. })
     }
-
-    pub fn deadline(&self) -> Option<&'d Deadline> {
-        self.deadline
-    }
 }
 
 /// Yield only on an oversubscribed machine, and not in a timed wait that

@@ -13,8 +13,6 @@ static ONLINE_CPUS: AtomicU64 = AtomicU64::new(1);
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(0);
 static REFRESHING: AtomicBool = AtomicBool::new(false);
 static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
-/// Runnable tasks at the last reading (for statistics and tests).
-static LAST_RUNNABLE: AtomicU64 = AtomicU64::new(0);
 
 const REFRESH_NS: u64 = 1_000_000;
 
@@ -36,7 +34,6 @@ pub fn oversubscribed() -> bool {
         && !REFRESHING.swap(true, Acquire)
     {
         if let Some(runnable) = read_runnable() {
-            LAST_RUNNABLE.store(runnable, Relaxed);
             OVERSUBSCRIBED.store(runnable > ONLINE_CPUS.load(Relaxed), Relaxed);
         }
         CHECKED_AT_NS.store(now, Relaxed);
@@ -49,10 +46,6 @@ pub fn oversubscribed() -> bool {
 /// forked would otherwise never end.
 pub fn after_fork() {
     REFRESHING.store(false, Relaxed);
-}
-
-pub fn last_runnable() -> u64 {
-    LAST_RUNNABLE.load(Relaxed)
 }
 
 fn read_runnable() -> Option<u64> {

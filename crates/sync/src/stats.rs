@@ -34,19 +34,10 @@ const N: usize = NAMES.len();
 static COUNTS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 
 #[inline]
-pub fn add(counter: Counter, n: u64) {
-    if crate::config::stats_on() {
-        COUNTS[counter as usize].fetch_add(n, Relaxed);
-    }
-}
-
-#[inline]
 pub fn bump(counter: Counter) {
-    add(counter, 1);
-}
-
-pub fn get(counter: Counter) -> u64 {
-    COUNTS[counter as usize].load(Relaxed)
+    if crate::config::stats_on() {
+        COUNTS[counter as usize].fetch_add(1, Relaxed);
+    }
 }
 
 pub fn snapshot() -> [u64; N] {
