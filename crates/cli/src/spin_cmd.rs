@@ -193,6 +193,8 @@ struct Summary<'a> {
     elapsed_s: f64,
     /// Why detection ended: "exited", "signal", "duration".
     ended_by: &'a str,
+    /// CPU time the detector itself used (user + system), s.
+    detector_cpu_s: f64,
     #[serde(flatten)]
     stats: Stats,
 }
@@ -380,6 +382,7 @@ fn finish(
         action,
         elapsed_s,
         ended_by,
+        detector_cpu_s: own_cpu_s(),
         stats: report.stats,
     };
     let json = serde_json::to_string(&summary)?;
@@ -399,11 +402,20 @@ fn finish(
     Ok(())
 }
 
+/// CPU time this process (the detector) has used so far, s.
+fn own_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
 fn summary_text(s: &Summary) -> String {
     let st = &s.stats;
     let mut out = format!(
-        "vsched spin-detect: pid {} watched {:.1}s ({}), {} threads, {} samples ({} lost)\n",
-        s.pid, s.elapsed_s, s.ended_by, st.threads_seen, st.samples, st.lost_samples
+        "vsched spin-detect: pid {} watched {:.1}s ({}), {} threads, {} samples ({} lost), detector CPU {:.2}s\n",
+        s.pid, s.elapsed_s, s.ended_by, st.threads_seen, st.samples, st.lost_samples, s.detector_cpu_s
     );
     let spin_pct = 100.0 * st.spin_samples as f64 / st.samples.max(1) as f64;
     out += &format!(
