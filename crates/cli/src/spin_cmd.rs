@@ -76,6 +76,24 @@ pub struct DetectArgs {
     #[arg(long)]
     no_kick: bool,
 
+    /// Do not replay demoted threads' wait loops to restore them the moment
+    /// their wait ends (rely on leases alone)
+    #[arg(long)]
+    no_replay: bool,
+
+    /// Demote spinners to SCHED_IDLE even where their wait loop replays,
+    /// instead of stopping them with ptrace
+    #[arg(long)]
+    no_stop: bool,
+
+    /// How often the wait loops of demoted threads are replayed
+    #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration, allow_hyphen_values = true)]
+    watch_period: Duration,
+
+    /// Longest demotion of a thread whose wait loop replays (a safety net)
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    watched_lease: Duration,
+
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -124,6 +142,10 @@ impl DetectArgs {
             max_demotion_ns: self.lease.as_nanos() as u64,
             record_samples: self.record.is_some(),
             kick: !self.no_kick,
+            replay: !self.no_replay,
+            stop: !self.no_stop,
+            watch_period_ns: self.watch_period.as_nanos() as u64,
+            watched_lease_ns: self.watched_lease.as_nanos() as u64,
         })
     }
 
@@ -250,12 +272,13 @@ pub fn run(args: RunArgs) -> Result<u8> {
             let mut forwarded = false;
             let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
                 forward_sigterm(pid, &mut forwarded);
-                match child.try_wait() {
-                    Ok(Some(s)) => {
-                        status = Some(s);
-                        Some("exited")
-                    }
-                    _ => None,
+                // Peek without reaping: while threads are traced, a plain
+                // wait would also return (and consume) their ptrace stops.
+                if has_exited(pid) {
+                    status = child.wait().ok();
+                    Some("exited")
+                } else {
+                    None
                 }
             });
             finish(engine, &args.detect, ended_by, elapsed, true)?;
@@ -282,6 +305,27 @@ pub fn run(args: RunArgs) -> Result<u8> {
         (None, Some(sig)) => 128 + sig as u8,
         _ => 1,
     })
+}
+
+/// Whether our child `pid` has exited (its status is left to be reaped).
+fn has_exited(pid: i32) -> bool {
+    // SAFETY: waitid fills a local siginfo.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid is valid for SIGCHLD-type siginfo.
+    rc == 0
+        && unsafe { info.si_pid() } == pid
+        && matches!(
+            info.si_code,
+            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
+        )
 }
 
 fn forward_sigterm(pid: i32, forwarded: &mut bool) {

@@ -60,6 +60,28 @@ fn idle_threads(pid: u32) -> usize {
         .count()
 }
 
+/// Threads stopped by a tracer ("t" in /proc/TID/stat), and threads with
+/// any tracer attached.
+fn stopped_and_traced(pid: u32) -> (usize, usize) {
+    let (mut stopped, mut traced) = (0, 0);
+    for t in tids(pid) {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        stopped += (state == Some("t")) as usize;
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).unwrap_or_default();
+        traced += status
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0"))
+            as usize;
+    }
+    (stopped, traced)
+}
+
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
@@ -168,45 +190,85 @@ fn observe_mode_counts_spinning_and_changes_nothing() {
     assert_eq!(idle_threads(ring.0.id()), 0);
 }
 
-/// Starts `spin-detect` on an endless ring and waits until it has demoted threads.
-fn detector_with_demotions(ring: &Program) -> Child {
+/// Starts `spin-detect` on an endless ring and waits until it holds threads:
+/// demoted to SCHED_IDLE with `--no-stop`, stopped with ptrace otherwise.
+fn detector_holding_threads(ring: &Program, stop: bool) -> Child {
+    let pid = ring.0.id().to_string();
+    let mut args = vec!["spin-detect", "--pid", &pid];
+    if !stop {
+        args.push("--no-stop");
+    }
     let det = Command::new(VSCHED)
-        .args(["spin-detect", "--pid", &ring.0.id().to_string()])
+        .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("a demoted thread", Duration::from_secs(10), || {
-        idle_threads(ring.0.id()) > 0
+    wait_for("a held thread", Duration::from_secs(10), || {
+        if stop {
+            stopped_and_traced(ring.0.id()).0 > 0
+        } else {
+            idle_threads(ring.0.id()) > 0
+        }
     });
     det
 }
 
-#[test]
-fn sigterm_restores_every_demoted_thread() {
+/// Nothing left behind: no thread demoted, stopped or traced.
+fn assert_released(ring: &Program) {
+    assert_eq!(idle_threads(ring.0.id()), 0, "threads left demoted");
+    assert_eq!(
+        stopped_and_traced(ring.0.id()),
+        (0, 0),
+        "threads left stopped or traced"
+    );
+}
+
+fn sigterm_releases_every_held_thread(stop: bool) {
     let _guard = serial();
     let ring = endless_ring();
-    let mut det = detector_with_demotions(&ring);
+    let mut det = detector_holding_threads(&ring, stop);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(det.id() as i32, libc::SIGTERM) };
     let status = det.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    // Restored by vsched itself before it exited: no delay allowed.
-    assert_eq!(idle_threads(ring.0.id()), 0);
+    // Released by vsched itself before it exited: no delay allowed.
+    assert_released(&ring);
+}
+
+#[test]
+fn sigterm_restores_every_demoted_thread() {
+    sigterm_releases_every_held_thread(false);
+}
+
+#[test]
+fn sigterm_resumes_and_detaches_every_stopped_thread() {
+    sigterm_releases_every_held_thread(true);
+}
+
+fn sigkill_leaves_nothing_held(stop: bool) {
+    let _guard = serial();
+    let ring = endless_ring();
+    let mut det = detector_holding_threads(&ring, stop);
+    det.kill().unwrap();
+    det.wait().unwrap();
+    // Demoted threads: the watchdog restores them. Stopped threads: the
+    // kernel detaches and restarts the tracees of a dead tracer.
+    wait_for(
+        "every held thread to be released",
+        Duration::from_secs(5),
+        || idle_threads(ring.0.id()) == 0 && stopped_and_traced(ring.0.id()) == (0, 0),
+    );
 }
 
 #[test]
 fn sigkill_leaves_restoration_to_the_watchdog() {
-    let _guard = serial();
-    let ring = endless_ring();
-    let mut det = detector_with_demotions(&ring);
-    det.kill().unwrap();
-    det.wait().unwrap();
-    wait_for(
-        "the watchdog to restore the threads",
-        Duration::from_secs(5),
-        || idle_threads(ring.0.id()) == 0,
-    );
+    sigkill_leaves_nothing_held(false);
+}
+
+#[test]
+fn sigkill_leaves_stopped_threads_to_the_kernel() {
+    sigkill_leaves_nothing_held(true);
 }
 
 #[test]

@@ -131,6 +131,9 @@ pub struct ThreadDetector {
     known_pause_ips: VecDeque<u64>,
     known_loops: VecDeque<KnownLoop>,
     episode_ips: Vec<u64>,
+    /// Addresses shown to be in loops that compute (see [`Self::refute`]):
+    /// samples there are never evidence of spinning.
+    refuted_ips: VecDeque<u64>,
     spinning: bool,
     /// Whether the latest full window, on its own, said "spinning" (for
     /// per-window accuracy accounting).
@@ -156,7 +159,31 @@ impl ThreadDetector {
         self.window.len() >= p.window
     }
 
+    /// The latest verdict was wrong: the loop at `ip` makes progress (a
+    /// replay of it moved its registers). Periodic code sampled at a period
+    /// that matches its own repeats its state exactly and looks like a wait;
+    /// it must not be taken for one again.
+    pub fn refute(&mut self, ip: u64, p: &DetectorParams) -> Transition {
+        remember(&mut self.refuted_ips, ip, p.memory);
+        self.known_loops.retain(|l| l.ip != ip);
+        self.known_pause_ips.retain(|&i| i != ip);
+        let window: Vec<u64> = self.window.iter().map(|e| e.signature).collect();
+        self.known_states.retain(|sig| !window.contains(sig));
+        self.window.clear();
+        self.last_window_spinning = false;
+        if std::mem::take(&mut self.spinning) {
+            self.episode_ips.clear();
+            Transition::Ended
+        } else {
+            Transition::None
+        }
+    }
+
     pub fn observe(&mut self, s: &Sample, p: &DetectorParams) -> Transition {
+        if self.refuted_ips.contains(&s.ip) {
+            self.last_window_spinning = false;
+            return Transition::None;
+        }
         let seen = Seen {
             signature: s.signature(),
             ip: s.ip,

@@ -4,7 +4,9 @@
 
 use crate::code::PauseSites;
 use crate::detector::{DetectorParams, ThreadDetector, Transition};
+use crate::freeze::Freezer;
 use crate::perf::{OpenError, ThreadSampler};
+use crate::replay::{ProcessMemory, Replay, Replayer, Snapshot, Word};
 use crate::sample::now_ns;
 use crate::sample::Sample;
 use crate::sched::{self, SchedAttr};
@@ -40,6 +42,17 @@ pub struct Config {
     pub max_demotion_ns: u64,
     /// Force demoted threads that still spin off their vCPU.
     pub kick: bool,
+    /// Replay demoted spinners' wait loops against memory and restore a
+    /// thread the moment its wait is over (see `replay`).
+    pub replay: bool,
+    /// Stop (ptrace) rather than demote a spinner whose wait loop replays:
+    /// a stopped thread costs its vCPU nothing and runs at once when resumed.
+    pub stop: bool,
+    /// How often the wait loops of demoted threads are replayed.
+    pub watch_period_ns: u64,
+    /// Longest demotion of a thread whose loop replays (a safety net: the
+    /// replay restores it when its wait ends).
+    pub watched_lease_ns: u64,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -56,6 +69,10 @@ impl Default for Config {
             slice_ns: 100_000,
             max_demotion_ns: 500_000,
             kick: true,
+            replay: true,
+            stop: true,
+            watch_period_ns: 20_000,
+            watched_lease_ns: 20_000_000,
             record_samples: false,
         }
     }
@@ -75,6 +92,22 @@ pub struct Stats {
     pub restored_on_progress: u64,
     /// Restored because the demotion lease ran out.
     pub restored_on_lease: u64,
+    /// Demotions whose wait loop could be replayed (and so was watched).
+    pub watched_demotions: u64,
+    /// Of those, threads stopped with ptrace instead of demoted.
+    pub stops: u64,
+    /// Whether ptrace was refused (permissions): spinners were demoted instead.
+    pub stop_refused: bool,
+    /// Restored because a replay of its wait loop showed the wait was over.
+    pub restored_on_release: u64,
+    /// Spinning samples not acted on because, replayed against memory by the
+    /// time they were read, the wait was already over.
+    pub released_before_demotion: u64,
+    /// Spinning samples not acted on because the replay showed a loop that
+    /// makes progress (a false detection caught before it cost anything).
+    pub refuted_by_replay: u64,
+    /// Spin episodes withdrawn because a replay refuted them.
+    pub spin_episodes_refuted: u64,
     /// Spinning samples not acted on because no vCPU was oversubscribed.
     pub spins_left_alone: u64,
     /// Reschedules forced on demoted threads found running and still spinning.
@@ -97,7 +130,37 @@ pub struct Event {
 
 struct Demotion {
     since_ns: u64,
-    original: SchedAttr,
+    hold: Hold,
+    /// The sampled state and waiting path of a loop that replays.
+    watch: Option<Watch>,
+}
+
+/// How a spinner is kept off its vCPU.
+enum Hold {
+    /// SCHED_IDLE; restored to this.
+    Demoted(SchedAttr),
+    /// Stopped with ptrace.
+    Stopped,
+}
+
+struct Watch {
+    ip: u64,
+    regs: [u64; crate::sample::NREGS],
+    path: Vec<u64>,
+    /// The words the loop read, with the values it kept waiting on: while
+    /// none changes, the replay's answer cannot change either.
+    words: Vec<Word>,
+}
+
+impl Demotion {
+    fn lease_end(&self, cfg: &Config) -> u64 {
+        let lease = if self.watch.is_some() {
+            cfg.watched_lease_ns
+        } else {
+            cfg.max_demotion_ns
+        };
+        self.since_ns + lease
+    }
 }
 
 struct Tracked {
@@ -109,6 +172,8 @@ struct Tracked {
     /// Sampled at the suspect period since (ns), if it is.
     suspect_since: Option<u64>,
     last_spin_ns: u64,
+    /// The newest sample (the state a demotion's replay starts from).
+    last_sample: Option<Sample>,
 }
 
 pub struct Engine {
@@ -124,6 +189,12 @@ pub struct Engine {
     pollfds: Vec<libc::pollfd>,
     next_scan_ns: u64,
     load: Load,
+    memory: Option<ProcessMemory>,
+    replayer: Replayer,
+    next_watch_ns: u64,
+    freezer: Option<Freezer>,
+    /// The freezer's descriptor was readable at the last wait.
+    tracee_events: bool,
 }
 
 /// Whether the system has more runnable threads than vCPUs, from
@@ -132,6 +203,8 @@ struct Load {
     cpus: usize,
     checked_ns: u64,
     over: bool,
+    /// Threads we stopped: not runnable for the kernel, yet each wants a vCPU.
+    held: usize,
 }
 
 impl Load {
@@ -142,6 +215,7 @@ impl Load {
             cpus,
             checked_ns: 0,
             over: true,
+            held: 0,
         }
     }
 
@@ -157,7 +231,7 @@ impl Load {
                 // passing kernel worker or shell command must not switch
                 // a program with one thread per vCPU into demotions and
                 // fast sampling (measured: OpenMP at 1x ran 3x slower).
-                self.over = running.saturating_sub(1) > self.cpus + 1;
+                self.over = running.saturating_sub(1) + self.held > self.cpus + 1;
             }
         }
         self.over
@@ -207,7 +281,15 @@ impl Engine {
             pollfds: Vec::new(),
             next_scan_ns: 0,
             load: Load::new(),
+            memory: ProcessMemory::open(pid),
+            replayer: Replayer::new(),
+            next_watch_ns: 0,
+            freezer: None,
+            tracee_events: false,
         };
+        if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
+            engine.freezer = Freezer::new(pid).ok();
+        }
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
         }
@@ -271,6 +353,7 @@ impl Engine {
                             episode_samples: 0,
                             suspect_since: None,
                             last_spin_ns: 0,
+                            last_sample: None,
                         },
                     );
                 }
@@ -283,6 +366,11 @@ impl Engine {
 
     /// Reads all new samples, updates the detectors and acts on what changed.
     pub fn poll(&mut self, now_ns: u64) {
+        if let Some(f) = &mut self.freezer {
+            if std::mem::take(&mut self.tracee_events) {
+                f.reap();
+            }
+        }
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
             let mut batch = std::mem::take(&mut self.scratch);
@@ -303,6 +391,10 @@ impl Engine {
                 }
             }
             self.scratch = batch;
+        }
+        if now_ns >= self.next_watch_ns {
+            self.next_watch_ns = now_ns + self.cfg.watch_period_ns / 2;
+            self.check_watched();
         }
         self.expire_leases(now_ns);
         self.clear_suspects(now_ns);
@@ -328,8 +420,10 @@ impl Engine {
         let mut timeout_ns = max_ns;
         for t in self.threads.values() {
             if let Some(d) = &t.demotion {
-                let end = d.since_ns + self.cfg.max_demotion_ns;
-                timeout_ns = timeout_ns.min(end.saturating_sub(now_ns));
+                timeout_ns = timeout_ns.min(d.lease_end(&self.cfg).saturating_sub(now_ns));
+                if d.watch.is_some() {
+                    timeout_ns = timeout_ns.min(self.cfg.watch_period_ns);
+                }
             }
         }
         self.pollfds.clear();
@@ -343,6 +437,13 @@ impl Engine {
                     revents: 0,
                 }),
         );
+        if let Some(f) = &self.freezer {
+            self.pollfds.push(libc::pollfd {
+                fd: f.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         let ts = libc::timespec {
             tv_sec: (timeout_ns / 1_000_000_000) as i64,
             tv_nsec: (timeout_ns % 1_000_000_000) as i64,
@@ -356,6 +457,10 @@ impl Engine {
                 std::ptr::null(),
             )
         };
+        // The freezer's descriptor is the last one: tracee events to handle.
+        if self.freezer.is_some() {
+            self.tracee_events |= self.pollfds.last().is_some_and(|p| p.revents != 0);
+        }
     }
 
     fn clear_suspects(&mut self, now_ns: u64) {
@@ -377,6 +482,7 @@ impl Engine {
         self.stats.samples += 1;
         let params = self.cfg.params;
         let t = self.threads.get_mut(&tid).expect("listed");
+        t.last_sample = Some(*s);
         let transition = t.detector.observe(s, &params);
         if t.detector.spinning() {
             self.stats.spin_samples += 1;
@@ -439,12 +545,66 @@ impl Engine {
             // were left on its vCPU. Hand the vCPU to the next of them now
             // rather than at the scheduler's tick: it may be the one that
             // everybody waits for.
-            Some(d) if self.cfg.kick && s.time_ns > d.since_ns => self.kick(tid),
+            // A stopped thread sampled after its demotion ran before the
+            // stop landed: nothing to kick.
+            Some(d)
+                if self.cfg.kick
+                    && matches!(d.hold, Hold::Demoted(_))
+                    && s.time_ns > d.since_ns =>
+            {
+                self.kick(tid)
+            }
             Some(_) => {}
         }
     }
 
     fn demote(&mut self, tid: i32, now_ns: u64) {
+        let (replay, words) = self.replay_newest(tid).unzip();
+        let watch = match replay {
+            // Its wait ended since the sample was taken: leave it alone.
+            Some(Replay::Leaves) => {
+                self.stats.released_before_demotion += 1;
+                return;
+            }
+            // The detector's verdict was wrong: this loop computes.
+            Some(Replay::Progressing) => {
+                self.stats.refuted_by_replay += 1;
+                let params = self.cfg.params;
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    let ip = t.last_sample.map_or(0, |s| s.ip);
+                    if t.detector.refute(ip, &params) == Transition::Ended {
+                        self.stats.spin_episodes_refuted += 1;
+                        t.episode_samples = 0;
+                    }
+                }
+                return;
+            }
+            Some(Replay::Waiting { path }) => self.threads.get(&tid).and_then(|t| {
+                let s = t.last_sample?;
+                Some(Watch {
+                    ip: s.ip,
+                    regs: s.regs,
+                    path,
+                    words: words.unwrap_or_default(),
+                })
+            }),
+            _ => None,
+        };
+        // A loop that replays can tell when its wait is over without running:
+        // stop the thread outright.
+        if watch.is_some() {
+            if let Some(f) = &mut self.freezer {
+                let stopped = f.stop(tid);
+                self.stats.stop_refused |= f.refused();
+                if stopped {
+                    self.stats.demotions += 1;
+                    self.stats.watched_demotions += 1;
+                    self.stats.stops += 1;
+                    self.hold(tid, now_ns, Hold::Stopped, watch);
+                    return;
+                }
+            }
+        }
         let Ok(original) = sched::get(tid) else {
             self.stats.sched_failures += 1;
             return;
@@ -463,17 +623,84 @@ impl Engine {
         match sched::set_or_plain(tid, &sched::demoted(self.cfg.slice_ns)) {
             Ok(()) => {
                 self.stats.demotions += 1;
-                if let Some(t) = self.threads.get_mut(&tid) {
-                    t.demotion = Some(Demotion {
-                        since_ns: now_ns,
-                        original,
-                    });
-                }
+                self.stats.watched_demotions += watch.is_some() as u64;
+                self.hold(tid, now_ns, Hold::Demoted(original), watch);
             }
             Err(_) => {
                 self.stats.sched_failures += 1;
                 let _ = watchdog.restored(tid);
             }
+        }
+    }
+
+    fn hold(&mut self, tid: i32, now_ns: u64, hold: Hold, watch: Option<Watch>) {
+        self.load.held += matches!(hold, Hold::Stopped) as usize;
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.demotion = Some(Demotion {
+                since_ns: now_ns,
+                hold,
+                watch,
+            });
+        }
+    }
+
+    /// Replays `tid`'s loop from its newest sample, and says which words it
+    /// read (None: replay is off or memory is unreadable).
+    fn replay_newest(&mut self, tid: i32) -> Option<(Replay, Vec<Word>)> {
+        if !self.cfg.replay {
+            return None;
+        }
+        let s = self.threads.get(&tid)?.last_sample?;
+        let mut mem = Snapshot::new(self.memory.as_mut()?);
+        let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, None);
+        Some((replay, mem.take_touched()))
+    }
+
+    /// Checks every watched thread's wait: reads all the words they poll
+    /// with one system call, and replays only loops whose words changed;
+    /// restores those whose wait is over.
+    fn check_watched(&mut self) {
+        let Some(mem) = self.memory.as_mut() else {
+            return;
+        };
+        let mut wanted: Vec<(u64, usize)> = self
+            .threads
+            .values()
+            .filter_map(|t| t.demotion.as_ref()?.watch.as_ref())
+            .flat_map(|w| w.words.iter().map(|w| (w.addr, w.len)))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        // One unreadable word (memory unmapped) makes the batch fail: the
+        // replays then read word by word and find out which.
+        let current = mem.read_words(&wanted).unwrap_or_default();
+        let mut snapshot = Snapshot::new(mem);
+        snapshot.prefill(current.iter().copied());
+        let mut released = vec![];
+        for (&tid, t) in self.threads.iter_mut() {
+            let Some(w) = t.demotion.as_mut().and_then(|d| d.watch.as_mut()) else {
+                continue;
+            };
+            let unchanged = !current.is_empty() && w.words.iter().all(|old| current.contains(old));
+            if unchanged {
+                continue;
+            }
+            snapshot.take_touched();
+            match self
+                .replayer
+                .replay(&mut snapshot, w.ip, &w.regs, Some(&w.path))
+            {
+                // Still waiting, on new values (a turn counter moved on).
+                Replay::Waiting { .. } => w.words = snapshot.take_touched(),
+                _ => released.push(tid),
+            }
+        }
+        for tid in released {
+            self.stats.restored_on_release += 1;
+            self.restore(tid);
         }
     }
 
@@ -495,11 +722,21 @@ impl Engine {
             return;
         };
         let Some(d) = t.demotion.take() else { return };
-        if sched::set(tid, &d.original).is_err() && threads_alive(self.pid, tid) {
-            self.stats.sched_failures += 1;
-        }
-        if let Some(w) = &mut self.watchdog {
-            let _ = w.restored(tid);
+        match d.hold {
+            Hold::Stopped => {
+                self.load.held -= 1;
+                if let Some(f) = &mut self.freezer {
+                    f.resume(tid);
+                }
+            }
+            Hold::Demoted(original) => {
+                if sched::set(tid, &original).is_err() && threads_alive(self.pid, tid) {
+                    self.stats.sched_failures += 1;
+                }
+                if let Some(w) = &mut self.watchdog {
+                    let _ = w.restored(tid);
+                }
+            }
         }
     }
 
@@ -510,7 +747,7 @@ impl Engine {
             .filter(|(_, t)| {
                 t.demotion
                     .as_ref()
-                    .is_some_and(|d| now_ns.saturating_sub(d.since_ns) >= self.cfg.max_demotion_ns)
+                    .is_some_and(|d| now_ns >= d.lease_end(&self.cfg))
             })
             .map(|(&tid, _)| tid)
             .collect();
@@ -525,6 +762,9 @@ impl Engine {
             self.restore(tid);
         }
         self.threads.remove(&tid);
+        if let Some(f) = &mut self.freezer {
+            f.forget(tid);
+        }
     }
 
     fn forget_all(&mut self) {
@@ -555,6 +795,9 @@ impl Engine {
             self.restore(tid);
         }
         self.threads.clear();
+        if let Some(mut f) = self.freezer.take() {
+            f.release_all();
+        }
         if let Some(w) = self.watchdog.take() {
             w.close();
         }

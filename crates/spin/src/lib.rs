@@ -4,12 +4,15 @@
 //! thread, see [`perf`]) are classified by [`detector`]; [`engine`] follows a
 //! whole process and, optionally, deschedules threads caught spinning so the
 //! threads they wait for can run. [`watchdog`] guarantees that a demoted
-//! thread gets its scheduling policy back even if vsched is killed.
+//! thread gets its scheduling policy back even if vsched is killed. [`replay`]
+//! tells, from a demoted spinner's last sample, when its wait is over.
 
 pub mod code;
 pub mod detector;
 pub mod engine;
+pub mod freeze;
 pub mod perf;
+pub mod replay;
 pub mod sample;
 pub mod sched;
 pub mod threads;

@@ -1,0 +1,294 @@
+//! Stopping and resuming single threads of another process with ptrace.
+//!
+//! A thread demoted to SCHED_IDLE still runs whenever its vCPU has nothing
+//! better to do, and under EEVDF the idle-weight time it gets is lag it
+//! carries back when restored: a restored spinner may wait milliseconds for
+//! its vCPU (measured: 30-50% of restorations took 1-7 ms on Linux 6.18). A
+//! stopped thread takes no CPU time and owes the scheduler nothing; woken,
+//! it is placed like any thread waking from sleep and runs at once. Stopping
+//! is only worth it where the replay (see `replay`) can tell when the wait is
+//! over, since a stopped thread cannot find out by itself.
+//!
+//! Threads are seized (PTRACE_SEIZE: no signal, nothing visible to the
+//! program) only when first stopped. If vsched dies, even by SIGKILL, the
+//! kernel detaches every tracee and restarts stopped ones: nothing is left
+//! stopped. Signals sent to a seized thread pass through vsched, which
+//! re-injects them at once; job-control stops (Ctrl-Z) are kept
+//! (PTRACE_LISTEN).
+
+use std::collections::HashMap;
+use std::io;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Seized and running.
+    Running,
+    /// PTRACE_INTERRUPT sent, stop not yet reported; resume once it is.
+    Stopping { resume: bool },
+    /// Stopped by us.
+    Stopped,
+    /// In a job-control stop of the whole process (left to SIGCONT).
+    GroupStopped,
+}
+
+pub struct Freezer {
+    /// The thread-group leader.
+    leader: i32,
+    /// Whether the process is our child: then its exit belongs to whoever
+    /// waits for it, and is never consumed here.
+    leader_is_child: bool,
+    threads: HashMap<i32, State>,
+    /// Readable when a tracee changed state (SIGCHLD).
+    sigchld: libc::c_int,
+    /// ptrace refused (permissions, YAMA): stop nothing from then on.
+    refused: bool,
+}
+
+impl Freezer {
+    /// A freezer for the threads of process `pid`. SIGCHLD is blocked in the
+    /// calling thread (and read from a signalfd), which must be the thread
+    /// that later calls every method.
+    pub fn new(pid: i32) -> io::Result<Freezer> {
+        // SAFETY: plain signal-mask and signalfd calls on local sets.
+        let fd = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Freezer {
+            leader: pid,
+            leader_is_child: parent_of(pid) == Some(std::process::id() as i32),
+            threads: HashMap::new(),
+            sigchld: fd,
+            refused: false,
+        })
+    }
+
+    /// Descriptor to poll for tracee events.
+    pub fn fd(&self) -> libc::c_int {
+        self.sigchld
+    }
+
+    /// Whether ptrace was refused (threads are demoted instead).
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// Asks `tid` to stop. False if it cannot be stopped (not permitted, gone).
+    pub fn stop(&mut self, tid: i32) -> bool {
+        if self.refused {
+            return false;
+        }
+        match self.threads.get(&tid) {
+            Some(State::Running) => {}
+            Some(State::Stopping { .. }) => {
+                self.threads.insert(tid, State::Stopping { resume: false });
+                return true;
+            }
+            Some(State::Stopped) => return true,
+            Some(State::GroupStopped) => return false,
+            None => {
+                // SAFETY: ptrace with integer arguments.
+                let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) };
+                if rc != 0 {
+                    if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                        self.refused = true;
+                    }
+                    return false;
+                }
+                self.threads.insert(tid, State::Running);
+            }
+        }
+        // SAFETY: as above.
+        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
+            return false;
+        }
+        self.threads.insert(tid, State::Stopping { resume: false });
+        true
+    }
+
+    /// Lets `tid` run again (now, or as soon as its pending stop is reported).
+    pub fn resume(&mut self, tid: i32) {
+        match self.threads.get(&tid) {
+            Some(State::Stopped) => {
+                // SAFETY: ptrace with integer arguments.
+                unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+                self.threads.insert(tid, State::Running);
+            }
+            Some(State::Stopping { .. }) => {
+                self.threads.insert(tid, State::Stopping { resume: true });
+            }
+            _ => {}
+        }
+    }
+
+    /// Handles every reported tracee event: our stops, signals to pass on,
+    /// job-control stops, exits.
+    pub fn reap(&mut self) {
+        let mut buf = [0u8; 128 * 4];
+        // SAFETY: reading signalfd records into a local buffer.
+        while unsafe { libc::read(self.sigchld, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        if self.threads.is_empty() {
+            return;
+        }
+        loop {
+            // Peek first: a child that is not one of our tracees (the
+            // program's own exit, the watchdog) is left for its waiter.
+            // SAFETY: waitid fills a local siginfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_ALL,
+                    0,
+                    &mut info,
+                    libc::WEXITED | libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+                )
+            };
+            // SAFETY: si_pid is valid for SIGCHLD-type siginfo.
+            let pid = unsafe { info.si_pid() };
+            if rc != 0 || pid == 0 || !self.threads.contains_key(&pid) {
+                return;
+            }
+            let exited = matches!(
+                info.si_code,
+                libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
+            );
+            if exited && pid == self.leader && self.leader_is_child {
+                // The process is ending; its status is not ours to take.
+                self.threads.remove(&pid);
+                return;
+            }
+            let mut status = 0;
+            // SAFETY: consuming the event just peeked at.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } != pid {
+                return;
+            }
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                self.threads.remove(&pid);
+            } else if libc::WIFSTOPPED(status) {
+                self.stopped(pid, status);
+            }
+        }
+    }
+
+    fn stopped(&mut self, tid: i32, status: i32) {
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        let state = self.threads.get(&tid).copied().unwrap_or(State::Running);
+        // SAFETY (all ptrace calls below): integer arguments, a stopped tracee.
+        if event == libc::PTRACE_EVENT_STOP {
+            if matches!(
+                sig,
+                libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+            ) {
+                // Job control stopped the whole process: keep it stopped
+                // until SIGCONT, as it would be without us.
+                unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) };
+                self.threads.insert(tid, State::GroupStopped);
+                return;
+            }
+            match state {
+                State::Stopping { resume: false } => {
+                    self.threads.insert(tid, State::Stopped);
+                }
+                State::Stopped => {}
+                _ => {
+                    // Resumed before the stop landed, or back from a group stop.
+                    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+                    self.threads.insert(tid, State::Running);
+                }
+            }
+        } else if event == 0 {
+            // A signal on its way to the thread: deliver it. A pending stop
+            // request is reported again afterwards.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, sig as libc::c_long) };
+        } else {
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+        }
+    }
+
+    /// Whether `tid` is stopped, or about to be, by us.
+    pub fn holds(&self, tid: i32) -> bool {
+        matches!(
+            self.threads.get(&tid),
+            Some(State::Stopped | State::Stopping { resume: false })
+        )
+    }
+
+    /// The thread is gone.
+    pub fn forget(&mut self, tid: i32) {
+        self.threads.remove(&tid);
+    }
+
+    /// Resumes and detaches every thread. A thread that cannot be brought to a
+    /// stop within a moment is left seized; the kernel detaches it when
+    /// vsched exits.
+    pub fn release_all(&mut self) {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            // SAFETY (ptrace calls): integer arguments on our own tracees.
+            match self.threads[&tid] {
+                // Detaching a stopped tracee resumes it (or leaves it in its
+                // job-control stop).
+                State::Stopped | State::GroupStopped => {
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+                    self.threads.remove(&tid);
+                }
+                // PTRACE_DETACH needs a stopped tracee.
+                State::Running => {
+                    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) };
+                    self.threads.insert(tid, State::Stopping { resume: true });
+                }
+                State::Stopping { .. } => {
+                    self.threads.insert(tid, State::Stopping { resume: true });
+                }
+            }
+        }
+        let deadline = crate::sample::now_ns() + 100_000_000;
+        while !self.threads.is_empty() && crate::sample::now_ns() < deadline {
+            let pending: Vec<i32> = self.threads.keys().copied().collect();
+            for tid in pending {
+                let mut status = 0;
+                // SAFETY: waiting for our own tracee.
+                let rc = unsafe { libc::waitpid(tid, &mut status, libc::WNOHANG | libc::__WALL) };
+                if rc == tid && libc::WIFSTOPPED(status) {
+                    // A signal caught on the way out is delivered with the detach.
+                    let event = (status >> 16) & 0xff;
+                    let pass = if event == 0 {
+                        libc::WSTOPSIG(status)
+                    } else {
+                        0
+                    };
+                    // SAFETY: detaching a stopped tracee.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass as libc::c_long) };
+                    self.threads.remove(&tid);
+                } else if rc == tid || rc < 0 {
+                    self.threads.remove(&tid); // exited
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        self.threads.clear();
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        self.release_all();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(self.sigchld) };
+    }
+}
+
+/// The parent process id of `pid`, from /proc/PID/stat.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: skip past the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
