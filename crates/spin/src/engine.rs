@@ -108,6 +108,8 @@ pub struct Stats {
     pub refuted_by_replay: u64,
     /// Spin episodes withdrawn because a replay refuted them.
     pub spin_episodes_refuted: u64,
+    /// Time threads spent demoted or stopped, summed over all holds (ns).
+    pub held_ns: u64,
     /// Spinning samples not acted on because no vCPU was oversubscribed.
     pub spins_left_alone: u64,
     /// Reschedules forced on demoted threads found running and still spinning.
@@ -288,7 +290,7 @@ impl Engine {
             tracee_events: false,
         };
         if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
-            engine.freezer = Freezer::new(pid).ok();
+            engine.freezer = Freezer::new().ok();
         }
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
@@ -722,6 +724,8 @@ impl Engine {
             return;
         };
         let Some(d) = t.demotion.take() else { return };
+        let held_ns = now_ns().saturating_sub(d.since_ns);
+        self.stats.held_ns += held_ns;
         match d.hold {
             Hold::Stopped => {
                 self.load.held -= 1;

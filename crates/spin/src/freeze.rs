@@ -32,11 +32,6 @@ enum State {
 }
 
 pub struct Freezer {
-    /// The thread-group leader.
-    leader: i32,
-    /// Whether the process is our child: then its exit belongs to whoever
-    /// waits for it, and is never consumed here.
-    leader_is_child: bool,
     threads: HashMap<i32, State>,
     /// Readable when a tracee changed state (SIGCHLD).
     sigchld: libc::c_int,
@@ -45,10 +40,9 @@ pub struct Freezer {
 }
 
 impl Freezer {
-    /// A freezer for the threads of process `pid`. SIGCHLD is blocked in the
-    /// calling thread (and read from a signalfd), which must be the thread
-    /// that later calls every method.
-    pub fn new(pid: i32) -> io::Result<Freezer> {
+    /// A freezer. SIGCHLD is blocked in the calling thread (and read from a
+    /// signalfd), which must be the thread that later calls every method.
+    pub fn new() -> io::Result<Freezer> {
         // SAFETY: plain signal-mask and signalfd calls on local sets.
         let fd = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
@@ -61,8 +55,6 @@ impl Freezer {
             return Err(io::Error::last_os_error());
         }
         Ok(Freezer {
-            leader: pid,
-            leader_is_child: parent_of(pid) == Some(std::process::id() as i32),
             threads: HashMap::new(),
             sigchld: fd,
             refused: false,
@@ -94,7 +86,8 @@ impl Freezer {
             Some(State::GroupStopped) => return false,
             None => {
                 // SAFETY: ptrace with integer arguments.
-                let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) };
+                let options = libc::PTRACE_O_TRACEEXIT as libc::c_long;
+                let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, options) };
                 if rc != 0 {
                     if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
                         self.refused = true;
@@ -137,8 +130,9 @@ impl Freezer {
             return;
         }
         loop {
-            // Peek first: a child that is not one of our tracees (the
-            // program's own exit, the watchdog) is left for its waiter.
+            // Stops only: exits are not ours to reap (a tracee is detached at
+            // its exit stop, PTRACE_O_TRACEEXIT, and the process's own exit
+            // belongs to whoever waits for it).
             // SAFETY: waitid fills a local siginfo.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             let rc = unsafe {
@@ -146,32 +140,19 @@ impl Freezer {
                     libc::P_ALL,
                     0,
                     &mut info,
-                    libc::WEXITED | libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+                    libc::WSTOPPED | libc::WNOHANG | libc::__WALL,
                 )
             };
-            // SAFETY: si_pid is valid for SIGCHLD-type siginfo.
-            let pid = unsafe { info.si_pid() };
-            if rc != 0 || pid == 0 || !self.threads.contains_key(&pid) {
+            // SAFETY: si_pid and si_status are valid for SIGCHLD-type siginfo.
+            let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
+            if rc != 0 || pid == 0 {
                 return;
             }
-            let exited = matches!(
-                info.si_code,
-                libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
-            );
-            if exited && pid == self.leader && self.leader_is_child {
-                // The process is ending; its status is not ours to take.
-                self.threads.remove(&pid);
-                return;
-            }
-            let mut status = 0;
-            // SAFETY: consuming the event just peeked at.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) } != pid {
-                return;
-            }
-            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-                self.threads.remove(&pid);
-            } else if libc::WIFSTOPPED(status) {
-                self.stopped(pid, status);
+            // Any other child's job-control stop has no other waiter to miss it.
+            if self.threads.contains_key(&pid) {
+                // For ptrace stops si_status holds the stop signal and the
+                // event above it; rebuild waitpid's encoding.
+                self.stopped(pid, (code << 8) | 0x7f);
             }
         }
     }
@@ -181,7 +162,11 @@ impl Freezer {
         let event = (status >> 16) & 0xff;
         let state = self.threads.get(&tid).copied().unwrap_or(State::Running);
         // SAFETY (all ptrace calls below): integer arguments, a stopped tracee.
-        if event == libc::PTRACE_EVENT_STOP {
+        if event == libc::PTRACE_EVENT_EXIT {
+            // Let it finish exiting untraced, reaped by its own process.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+            self.threads.remove(&tid);
+        } else if event == libc::PTRACE_EVENT_STOP {
             if matches!(
                 sig,
                 libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
@@ -253,22 +238,28 @@ impl Freezer {
         while !self.threads.is_empty() && crate::sample::now_ns() < deadline {
             let pending: Vec<i32> = self.threads.keys().copied().collect();
             for tid in pending {
-                let mut status = 0;
-                // SAFETY: waiting for our own tracee.
-                let rc = unsafe { libc::waitpid(tid, &mut status, libc::WNOHANG | libc::__WALL) };
-                if rc == tid && libc::WIFSTOPPED(status) {
+                // Stops only: an exit is left to the process's own waiter.
+                // SAFETY: waitid fills a local siginfo.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                let rc = unsafe {
+                    libc::waitid(
+                        libc::P_PID,
+                        tid as libc::id_t,
+                        &mut info,
+                        libc::WSTOPPED | libc::WNOHANG | libc::__WALL,
+                    )
+                };
+                // SAFETY: valid for SIGCHLD-type siginfo.
+                let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
+                if rc != 0 {
+                    self.threads.remove(&tid); // gone
+                } else if pid == tid {
+                    let event = (code >> 8) & 0xff;
                     // A signal caught on the way out is delivered with the detach.
-                    let event = (status >> 16) & 0xff;
-                    let pass = if event == 0 {
-                        libc::WSTOPSIG(status)
-                    } else {
-                        0
-                    };
+                    let pass = if event == 0 { code & 0xff } else { 0 };
                     // SAFETY: detaching a stopped tracee.
                     unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass as libc::c_long) };
                     self.threads.remove(&tid);
-                } else if rc == tid || rc < 0 {
-                    self.threads.remove(&tid); // exited
                 }
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -283,12 +274,4 @@ impl Drop for Freezer {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(self.sigchld) };
     }
-}
-
-/// The parent process id of `pid`, from /proc/PID/stat.
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: skip past the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }

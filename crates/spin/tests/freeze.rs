@@ -79,7 +79,7 @@ fn until(f: &mut Freezer, what: &str, mut cond: impl FnMut() -> bool) {
 fn stop_resume_signals_and_job_control() {
     let mut sh = Spinner::start();
     let pid = sh.pid();
-    let mut f = Freezer::new(pid).expect("freezer");
+    let mut f = Freezer::new().expect("freezer");
 
     assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
     until(&mut f, "the stop", || state(pid).0 == 't');
