@@ -23,14 +23,21 @@ HOW IT WORKS
   state repeats (a loop that re-reads a flag changes nothing), or which sits on
   a PAUSE spin-wait hint, is spinning. Code that computes always moves some
   register and never executes PAUSE.
-  A spinning thread is demoted to SCHED_IDLE, so any thread with real work on
-  its vCPU runs first, and restored as soon as a sample shows it out of its
-  loop, or after --lease at the latest (it is demoted again at its next
-  spinning sample). Every demotion is journaled to a watchdog process first,
-  which restores the thread if vsched dies, even by SIGKILL.
+  While the machine is oversubscribed, a spinning thread's wait loop is
+  replayed from its sample by a small x86 interpreter reading the program's
+  memory. If the loop replays, the thread is stopped (ptrace) and resumed the
+  moment the words it polls say its wait is over (checked every
+  --watch-period). Otherwise it is demoted to SCHED_IDLE and restored as soon
+  as a sample shows it out of its loop, or after --lease. A replay that shows
+  a computing loop withdraws the detection.
+  Nothing is left behind: the kernel restarts stopped threads if vsched dies,
+  even by SIGKILL, and every demotion is journaled first to a watchdog process
+  that restores the thread.
   Needs perf_event_open on the target (kernel.perf_event_paranoid <= 2 and the
-  same user, or root/CAP_PERFMON) and, to deschedule, permission to change its
-  threads' scheduling (same user to demote; root to restore RT policies).";
+  same user, or root/CAP_PERFMON); to stop threads, ptrace access (the
+  program is vsched's child, or CAP_SYS_PTRACE); to demote, permission to
+  change its threads' scheduling (same user; root to restore RT policies).
+  Without ptrace access spinners are demoted instead.";
 
 /// Options shared by `spin-detect` and `run --spin-detect`.
 #[derive(Args, Debug, Clone)]
@@ -86,11 +93,12 @@ pub struct DetectArgs {
     #[arg(long)]
     no_stop: bool,
 
-    /// How often the wait loops of demoted threads are replayed
+    /// How often the words polled by stopped threads are checked
     #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration, allow_hyphen_values = true)]
     watch_period: Duration,
 
-    /// Longest demotion of a thread whose wait loop replays (a safety net)
+    /// Longest hold of a thread whose wait loop replays (a safety net: the
+    /// replay resumes it when its wait ends)
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
     watched_lease: Duration,
 
@@ -469,9 +477,22 @@ fn summary_text(s: &Summary) -> String {
     match s.action {
         Action::Deschedule => {
             out += &format!(
-                "  descheduled: {} demotions; restored {} on progress, {} at lease end; {} refused by the kernel\n",
-                st.demotions, st.restored_on_progress, st.restored_on_lease, st.sched_failures
+                "  held: {} ({} stopped, resumed {} when their wait ended; {} demoted); restored {} on progress, {} at lease end; {} refused by the kernel\n",
+                st.demotions,
+                st.stops,
+                st.restored_on_release,
+                st.demotions - st.stops,
+                st.restored_on_progress,
+                st.restored_on_lease,
+                st.sched_failures
             );
+            out += &format!(
+                "  replay: {} detections refuted, {} waits already over when read\n",
+                st.refuted_by_replay, st.released_before_demotion
+            );
+            if st.stop_refused {
+                out += "  note: ptrace was refused (permissions, or already traced): spinners were demoted instead of stopped\n";
+            }
         }
         Action::Observe => out += "  observe only: no thread was demoted\n",
     }

@@ -163,6 +163,46 @@ fn detection_composes_with_vsched_exec() {
     );
 }
 
+/// The summary of `vsched run --spin-detect --json EXTRA -- ring at 4x`.
+fn ring_summary(extra: &[&str]) -> serde_json::Value {
+    let threads = four_x();
+    let mut args = vec!["run", "--spin-detect", "--json"];
+    args.extend(extra);
+    args.extend([
+        "--",
+        VSCHED,
+        "spin-zoo",
+        "ring",
+        "--threads",
+        &threads,
+        "--handoffs",
+        "1000",
+    ]);
+    let out = vsched(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The program owns stdout; the summary is vsched's last line on stderr.
+    serde_json::from_str(err.lines().last().unwrap_or_default()).expect(&err)
+}
+
+/// Replayable waits are stopped and resumed when the replay shows their wait
+/// over, not when a lease runs out; `--no-stop` demotes instead.
+#[test]
+fn replayable_waits_are_stopped_and_resumed_when_released() {
+    let _guard = serial();
+    let s = ring_summary(&[]);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
+    assert!(n("stops") > 100, "{s}");
+    assert_eq!(n("stops"), n("watched_demotions"), "{s}");
+    assert!(n("restored_on_release") * 10 >= n("stops") * 9, "{s}");
+    assert!(n("restored_on_lease") * 10 < n("stops"), "{s}");
+
+    let s = ring_summary(&["--no-stop"]);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
+    assert_eq!(n("stops"), 0, "{s}");
+    assert!(n("demotions") > 100, "{s}");
+}
+
 #[test]
 fn observe_mode_counts_spinning_and_changes_nothing() {
     let _guard = serial();

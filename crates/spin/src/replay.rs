@@ -841,7 +841,7 @@ mod tests {
 
     fn waiting_path(
         r: &mut Replayer,
-        m: &mut TestMemory,
+        m: &mut impl Memory,
         ip: u64,
         regs: &[u64; NREGS],
     ) -> Vec<u64> {
@@ -865,6 +865,82 @@ mod tests {
         m.flag = 0;
         assert_eq!(
             r.replay(&mut m, CODE + 4, &regs, Some(&path)),
+            Replay::Leaves
+        );
+        // Without a known path: falling through the closing branch leaves.
+        assert_eq!(r.replay(&mut m, CODE + 4, &regs, None), Replay::Leaves);
+    }
+
+    /// Code and 8-byte words at chosen addresses.
+    struct Words {
+        code: &'static [u8],
+        words: std::collections::HashMap<u64, u64>,
+    }
+
+    impl Memory for Words {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+            if let Some(off) = addr.checked_sub(CODE).map(|o| o as usize) {
+                if off < self.code.len() {
+                    let n = buf.len().min(self.code.len() - off);
+                    buf[..n].copy_from_slice(&self.code[off..off + n]);
+                    return n == buf.len();
+                }
+            }
+            match self.words.get(&addr) {
+                Some(w) if buf.len() <= 8 => {
+                    let n = buf.len();
+                    buf.copy_from_slice(&w.to_le_bytes()[..n]);
+                    true
+                }
+                _ => false,
+            }
+        }
+    }
+
+    #[test]
+    fn ring_loop_with_an_inner_backward_branch() {
+        // The shape rustc gives `while turn.load() % n != me`: a 32-bit
+        // division normally, a backward branch to a 64-bit one when the
+        // operands need it (assembled with GNU as):
+        //   00 l64: mov rax,r15; xor edx,edx; div r12; cmp rdx,[r14+0x18]; je out
+        //   0e top: mov rax,[r14]; mov r15,[rax+0x10]; mov rax,r15; or rax,r12
+        //           shr rax,0x20; jne l64
+        //   21      mov eax,r15d; xor edx,edx; div r12d; cmp rdx,[r14+0x18]; jne top
+        //   2f out: nop
+        const RING: [u8; 48] = [
+            0x4c, 0x89, 0xf8, 0x31, 0xd2, 0x49, 0xf7, 0xf4, 0x49, 0x3b, 0x56, 0x18, 0x74, 0x21,
+            0x49, 0x8b, 0x06, 0x4c, 0x8b, 0x78, 0x10, 0x4c, 0x89, 0xf8, 0x4c, 0x09, 0xe0, 0x48,
+            0xc1, 0xe8, 0x20, 0x75, 0xdf, 0x44, 0x89, 0xf8, 0x31, 0xd2, 0x41, 0xf7, 0xf4, 0x49,
+            0x3b, 0x56, 0x18, 0x75, 0xdf, 0x90,
+        ];
+        let (state, holder) = (0x9000u64, 0xa000u64);
+        let mut m = Words {
+            code: &RING,
+            words: [(state, holder), (state + 0x18, 3), (holder + 0x10, 17)].into(),
+        };
+        let mut regs = [0u64; NREGS];
+        regs[16] = state; // r14
+        regs[14] = 8; // r12: n
+        let mut r = Replayer::new();
+        // Sampled on the compare; the inner backward branch (not taken while
+        // the numbers are small) must not read as leaving the loop.
+        let path = waiting_path(&mut r, &mut m, CODE + 0x29, &regs);
+        m.words.insert(holder + 0x10, 24);
+        assert!(matches!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            Replay::Waiting { .. }
+        ));
+        m.words.insert(holder + 0x10, 27); // 27 % 8 == 3: thread 3's turn
+        assert_eq!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            Replay::Leaves
+        );
+        assert_eq!(r.replay(&mut m, CODE + 0x29, &regs, None), Replay::Leaves);
+        // A turn past 2^32 takes the 64-bit path, which the waiting path
+        // learnt with small numbers does not contain: resumed, to be safe.
+        m.words.insert(holder + 0x10, (1 << 33) + 4);
+        assert_eq!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
             Replay::Leaves
         );
     }
