@@ -50,6 +50,11 @@ pub struct DetectArgs {
     #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration, allow_hyphen_values = true)]
     period: Duration,
 
+    /// Sampling period while the machine has not been oversubscribed for
+    /// 100 ms (nothing is done about spinning then); equal to --period: off
+    #[arg(long, value_name = "DURATION", default_value = "2ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    idle_period: Duration,
+
     /// Samples in the detector's decision window
     #[arg(long, value_name = "N", default_value_t = DetectorParams::default().window)]
     window: usize,
@@ -138,6 +143,7 @@ impl DetectArgs {
         }
         Ok(Config {
             period_ns: self.period.as_nanos() as u64,
+            idle_period_ns: self.idle_period.as_nanos() as u64,
             suspect_period_ns: self.suspect_period.as_nanos() as u64,
             suspect_ns: 50_000_000,
             params,

@@ -29,6 +29,10 @@ pub enum Action {
 pub struct Config {
     /// Sampling period, ns of the thread's CPU time.
     pub period_ns: u64,
+    /// Sampling period while the machine has not been oversubscribed for a
+    /// while (nothing would be done about a spin then; each sample is a
+    /// timer interrupt, costly in a VM). Not above `period_ns`: off.
+    pub idle_period_ns: u64,
     /// Sampling period of threads that spun recently: catches them again
     /// quickly and sees them leave their loop sooner.
     pub suspect_period_ns: u64,
@@ -62,6 +66,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             period_ns: 500_000,
+            idle_period_ns: 2_000_000,
             suspect_period_ns: 50_000,
             suspect_ns: 50_000_000,
             params: DetectorParams::default(),
@@ -110,6 +115,8 @@ pub struct Stats {
     pub spin_episodes_refuted: u64,
     /// Time threads spent demoted or stopped, summed over all holds (ns).
     pub held_ns: u64,
+    /// Switches between the sampling period and the idle period.
+    pub period_switches: u64,
     /// Spinning samples not acted on because no vCPU was oversubscribed.
     pub spins_left_alone: u64,
     /// Reschedules forced on demoted threads found running and still spinning.
@@ -197,6 +204,10 @@ pub struct Engine {
     freezer: Option<Freezer>,
     /// The freezer's descriptor was readable at the last wait.
     tracee_events: bool,
+    /// Threads are sampled at the idle period (not oversubscribed lately).
+    relaxed: bool,
+    /// When the machine was last seen oversubscribed.
+    last_over_ns: u64,
 }
 
 /// Whether the system has more runnable threads than vCPUs, from
@@ -253,6 +264,8 @@ fn runnable_tasks(loadavg: &str) -> Option<usize> {
 
 /// How often the thread list is re-read (threads created later).
 const SCAN_EVERY_NS: u64 = 10_000_000;
+/// Time without oversubscription before sampling relaxes to the idle period.
+const RELAX_AFTER_NS: u64 = 100_000_000;
 
 impl Engine {
     /// Starts sampling every thread of `pid`. A `watchdog` is required to
@@ -288,6 +301,8 @@ impl Engine {
             next_watch_ns: 0,
             freezer: None,
             tracee_events: false,
+            relaxed: false,
+            last_over_ns: now_ns(),
         };
         if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
             engine.freezer = Freezer::new().ok();
@@ -343,7 +358,7 @@ impl Engine {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ThreadSampler::open(tid, self.cfg.period_ns, false) {
+            match ThreadSampler::open(tid, self.base_period(), false) {
                 Ok(sampler) => {
                     self.stats.threads_seen += 1;
                     self.threads.insert(
@@ -412,8 +427,44 @@ impl Engine {
         if now >= self.next_scan_ns {
             self.next_scan_ns = now + SCAN_EVERY_NS;
             self.scan()?;
+            self.adapt_sampling(now);
         }
         Ok(())
+    }
+
+    /// The period of threads that are not suspects.
+    fn base_period(&self) -> u64 {
+        if self.relaxed {
+            self.cfg.idle_period_ns
+        } else {
+            self.cfg.period_ns
+        }
+    }
+
+    /// Samples at the idle period after 100 ms without oversubscription,
+    /// at the full period as soon as the machine is oversubscribed again.
+    fn adapt_sampling(&mut self, now_ns: u64) {
+        if self.cfg.idle_period_ns <= self.cfg.period_ns {
+            return;
+        }
+        let over = self.cfg.action == Action::Observe || self.load.oversubscribed(now_ns);
+        let relax = if over {
+            self.last_over_ns = now_ns;
+            false
+        } else {
+            now_ns.saturating_sub(self.last_over_ns) > RELAX_AFTER_NS
+        };
+        if relax == self.relaxed {
+            return;
+        }
+        self.relaxed = relax;
+        self.stats.period_switches += 1;
+        let period = self.base_period();
+        for t in self.threads.values_mut() {
+            if t.suspect_since.is_none() {
+                t.sampler.set_period(period);
+            }
+        }
     }
 
     /// Sleeps until a suspect thread has a new sample, the next demotion
@@ -466,7 +517,7 @@ impl Engine {
     }
 
     fn clear_suspects(&mut self, now_ns: u64) {
-        let slow = self.cfg.period_ns;
+        let slow = self.base_period();
         for (&tid, t) in self.threads.iter_mut() {
             if t.suspect_since.is_some()
                 && !t.detector.spinning()

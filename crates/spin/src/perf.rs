@@ -141,6 +141,18 @@ impl ThreadSampler {
         self.tid
     }
 
+    /// Changes the sampling period (effective from the next sample).
+    pub fn set_period(&mut self, period_ns: u64) -> bool {
+        // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer.
+        unsafe {
+            libc::ioctl(
+                self.fd,
+                sys::bindings::PERIOD as _,
+                &period_ns as *const u64,
+            ) == 0
+        }
+    }
+
     /// The descriptor, to poll for new samples.
     pub fn fd(&self) -> libc::c_int {
         self.fd
