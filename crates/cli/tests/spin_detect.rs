@@ -203,6 +203,83 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
     assert!(n("demotions") > 100, "{s}");
 }
 
+/// CPU time (utime + stime, ticks) of every thread of `pid`, summed.
+fn cpu_ticks(pid: u32) -> u64 {
+    tids(pid)
+        .into_iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).ok())
+        .map(|stat| {
+            let f: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+                + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Job control keeps working while vsched holds threads: SIGSTOP stops the
+/// whole program (stopped threads included), SIGCONT lets it finish.
+#[test]
+fn job_control_stops_and_continues_a_program_under_detection() {
+    let _guard = serial();
+    let threads = four_x();
+    let mut run = Command::new(VSCHED)
+        .args([
+            "run",
+            "--spin-detect",
+            "--",
+            VSCHED,
+            "spin-zoo",
+            "ring",
+            "--threads",
+        ])
+        .args([&threads, "--handoffs", "20000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{}/task/{}/children", run.id(), run.id());
+    let mut ring = 0u32;
+    wait_for(
+        "the ring to start with stopped threads",
+        Duration::from_secs(10),
+        || {
+            ring = std::fs::read_to_string(&children)
+                .ok()
+                .and_then(|c| c.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0);
+            ring != 0 && stopped_and_traced(ring).0 > 0
+        },
+    );
+    // SAFETY: signalling a process this test started (through vsched).
+    unsafe { libc::kill(ring as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(ring);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        cpu_ticks(ring),
+        before,
+        "the program ran while job-control stopped"
+    );
+    unsafe { libc::kill(ring as i32, libc::SIGCONT) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = run.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the program never finished after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
 #[test]
 fn observe_mode_counts_spinning_and_changes_nothing() {
     let _guard = serial();

@@ -305,7 +305,7 @@ impl Engine {
             last_over_ns: now_ns(),
         };
         if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
-            engine.freezer = Freezer::new().ok();
+            engine.freezer = Freezer::new(pid).ok();
         }
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
@@ -427,6 +427,9 @@ impl Engine {
         if now >= self.next_scan_ns {
             self.next_scan_ns = now + SCAN_EVERY_NS;
             self.scan()?;
+            if let Some(f) = &mut self.freezer {
+                f.reap_exited();
+            }
             self.adapt_sampling(now);
         }
         Ok(())

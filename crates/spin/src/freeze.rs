@@ -32,6 +32,9 @@ enum State {
 }
 
 pub struct Freezer {
+    /// The process (thread-group leader): its exit belongs to its parent and
+    /// is never reaped here.
+    leader: i32,
     threads: HashMap<i32, State>,
     /// Readable when a tracee changed state (SIGCHLD).
     sigchld: libc::c_int,
@@ -40,9 +43,10 @@ pub struct Freezer {
 }
 
 impl Freezer {
-    /// A freezer. SIGCHLD is blocked in the calling thread (and read from a
-    /// signalfd), which must be the thread that later calls every method.
-    pub fn new() -> io::Result<Freezer> {
+    /// A freezer for the threads of process `leader`. SIGCHLD is blocked in
+    /// the calling thread (and read from a signalfd), which must be the
+    /// thread that later calls every method.
+    pub fn new(leader: i32) -> io::Result<Freezer> {
         // SAFETY: plain signal-mask and signalfd calls on local sets.
         let fd = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
@@ -55,6 +59,7 @@ impl Freezer {
             return Err(io::Error::last_os_error());
         }
         Ok(Freezer {
+            leader,
             threads: HashMap::new(),
             sigchld: fd,
             refused: false,
@@ -77,13 +82,14 @@ impl Freezer {
             return false;
         }
         match self.threads.get(&tid) {
-            Some(State::Running) => {}
+            // (A job-control stop may have ended since the last reap; if it
+            // has not, the interrupt re-reports it and it is kept.)
+            Some(State::Running | State::GroupStopped) => {}
             Some(State::Stopping { .. }) => {
                 self.threads.insert(tid, State::Stopping { resume: false });
                 return true;
             }
             Some(State::Stopped) => return true,
-            Some(State::GroupStopped) => return false,
             None => {
                 // SAFETY: ptrace with integer arguments.
                 let options = libc::PTRACE_O_TRACEEXIT as libc::c_long;
@@ -148,8 +154,10 @@ impl Freezer {
             if rc != 0 || pid == 0 {
                 return;
             }
-            // Any other child's job-control stop has no other waiter to miss it.
-            if self.threads.contains_key(&pid) {
+            // CLD_STOPPED is a job-control stop reported to us as the parent,
+            // not a ptrace stop (that one comes as CLD_TRAPPED); any other
+            // child's stop has no other waiter to miss it.
+            if info.si_code == libc::CLD_TRAPPED && self.threads.contains_key(&pid) {
                 // For ptrace stops si_status holds the stop signal and the
                 // event above it; rebuild waitpid's encoding.
                 self.stopped(pid, (code << 8) | 0x7f);
@@ -183,7 +191,9 @@ impl Freezer {
                 }
                 State::Stopped => {}
                 _ => {
-                    // Resumed before the stop landed, or back from a group stop.
+                    // Resumed before the stop landed, or a job-control stop
+                    // ended (SIGCONT): a trap with SIGTRAP rather than the
+                    // stop signal means the group is no longer stopped.
                     unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
                     self.threads.insert(tid, State::Running);
                 }
@@ -205,9 +215,29 @@ impl Freezer {
         )
     }
 
-    /// The thread is gone.
+    /// The thread is gone (or going): reaps it if it died traced.
     pub fn forget(&mut self, tid: i32) {
-        self.threads.remove(&tid);
+        if self.threads.remove(&tid).is_some() && tid != self.leader {
+            reap_exit(tid);
+        }
+    }
+
+    /// Reaps seized threads that exited without an exit stop. A thread killed
+    /// by its process's exit_group (or seized while already exiting) skips
+    /// PTRACE_EVENT_EXIT and stays a zombie until its tracer reaps it, and
+    /// the process's own exit waits for that.
+    pub fn reap_exited(&mut self) {
+        let leader = self.leader;
+        let dead: Vec<i32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|&tid| tid != leader && !thread_alive(leader, tid))
+            .collect();
+        for tid in dead {
+            self.threads.remove(&tid);
+            reap_exit(tid);
+        }
     }
 
     /// Resumes and detaches every thread. A thread that cannot be brought to a
@@ -253,7 +283,7 @@ impl Freezer {
                 let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
                 if rc != 0 {
                     self.threads.remove(&tid); // gone
-                } else if pid == tid {
+                } else if pid == tid && info.si_code == libc::CLD_TRAPPED {
                     let event = (code >> 8) & 0xff;
                     // A signal caught on the way out is delivered with the detach.
                     let pass = if event == 0 { code & 0xff } else { 0 };
@@ -274,4 +304,29 @@ impl Drop for Freezer {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(self.sigchld) };
     }
+}
+
+/// Whether thread `tid` of `pid` still runs (exists and is not a zombie).
+fn thread_alive(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        !matches!(state, Some("Z" | "X"))
+    })
+}
+
+/// Collects the exit of traced thread `tid` if it has one (never blocks).
+fn reap_exit(tid: i32) {
+    // SAFETY: waitid fills a local siginfo; exits of this one thread only.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::waitid(
+            libc::P_PID,
+            tid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::__WALL,
+        )
+    };
 }

@@ -7,6 +7,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vsched_spin::freeze::Freezer;
 
+/// A freezer reaps every tracee event of its process: tests that trace run
+/// one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A shell that spins and reports SIGUSR1 on stdout.
 struct Spinner {
     child: Child,
@@ -77,9 +85,10 @@ fn until(f: &mut Freezer, what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn stop_resume_signals_and_job_control() {
+    let _guard = serial();
     let mut sh = Spinner::start();
     let pid = sh.pid();
-    let mut f = Freezer::new().expect("freezer");
+    let mut f = Freezer::new(pid).expect("freezer");
 
     assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
     until(&mut f, "the stop", || state(pid).0 == 't');
@@ -99,8 +108,13 @@ fn stop_resume_signals_and_job_control() {
     until(&mut f, "the job-control stop", || {
         state(pid).0 == 't' || state(pid).0 == 'T'
     });
-    std::thread::sleep(Duration::from_millis(50));
-    f.reap();
+    // The stop signal passes through vsched (a signal-delivery stop, then
+    // the group stop): keep handling events for a while, then look.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        f.reap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
     assert_ne!(state(pid).0, 'R', "a job-control stop was undone");
     unsafe { libc::kill(pid, libc::SIGCONT) };
     until(&mut f, "continued", || state(pid).0 == 'R');
@@ -118,4 +132,69 @@ fn stop_resume_signals_and_job_control() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Run as a child by `exit_while_a_thread_is_stopped`: one thread spins, the
+/// main thread exits the process while it is stopped.
+#[test]
+fn child_spinner_that_exits() {
+    if std::env::var_os("VSCHED_FREEZE_CHILD").is_none() {
+        return; // only as that child
+    }
+    std::thread::spawn(|| loop {
+        std::hint::black_box(0u64);
+    });
+    println!("ready");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: ending the process at once, as exit_group does.
+    unsafe { libc::_exit(0) };
+}
+
+/// A process that exits while one of its threads is stopped must still be
+/// reapable: the stopped thread dies without an exit stop and stays a traced
+/// zombie until the freezer reaps it (the process's exit waits for that).
+#[test]
+fn exit_while_a_thread_is_stopped() {
+    let _guard = serial();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_spinner_that_exits",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("VSCHED_FREEZE_CHILD", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    let spinner = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&t| t != pid)
+        .max()
+        .expect("the spinning thread");
+    let mut f = Freezer::new(pid).expect("freezer");
+    assert!(f.stop(spinner));
+    let start = Instant::now();
+    let status = loop {
+        f.reap();
+        f.reap_exited();
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the process never became reapable"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(status.success(), "{status:?}");
 }
