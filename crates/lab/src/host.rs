@@ -39,12 +39,28 @@ pub fn detect() -> Option<Flavor> {
             return Some(Flavor::V1(PathBuf::from(p)));
         }
     }
-    let root = Path::new("/sys/fs/cgroup");
-    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
-    controllers
-        .split_whitespace()
-        .any(|c| c == "cpu")
-        .then(|| Flavor::V2(root.to_path_buf()))
+    // cgroup v2: at /sys/fs/cgroup on unified systems, elsewhere (e.g.
+    // /sys/fs/cgroup/unified) on hybrid ones; whichever has the cpu controller.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    cgroup2_mounts(&mounts)
+        .into_iter()
+        .find(|root| {
+            std::fs::read_to_string(root.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+        })
+        .map(Flavor::V2)
+}
+
+/// Mount points of cgroup2 file systems in /proc/self/mounts text.
+fn cgroup2_mounts(mounts: &str) -> Vec<PathBuf> {
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+            (fstype == "cgroup2").then(|| PathBuf::from(dir))
+        })
+        .collect()
 }
 
 fn write(path: &Path, value: &str) -> Result<()> {
@@ -231,6 +247,22 @@ pub fn require_bandwidth() -> Result<Flavor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_cgroup2_mounts_unified_or_hybrid() {
+        let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\n\
+                      cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n\
+                      cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
+        assert_eq!(
+            cgroup2_mounts(hybrid),
+            vec![PathBuf::from("/sys/fs/cgroup/unified")]
+        );
+        let unified = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n";
+        assert_eq!(
+            cgroup2_mounts(unified),
+            vec![PathBuf::from("/sys/fs/cgroup")]
+        );
+    }
 
     #[test]
     fn throttle_stats_of_both_cgroup_versions() {
