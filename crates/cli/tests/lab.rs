@@ -47,6 +47,132 @@ fn item<'a>(r: &'a Value, when: usize, what: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no item {what:?} in {r:#}"))
 }
 
+/// The capped vCPU of capped-30pct is seen capped: available well below the
+/// free one, off for milliseconds at a time.
+fn assert_cap_is_seen(r: &Value) {
+    let share: f64 = item(r, 0, "vCPU 1 relative available share")["measured"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (0.1..=0.75).contains(&share),
+        "capped vCPU available share {share}: {r:#}"
+    );
+    let mean = item(r, 0, "vCPU 1 inactive-episode mean")["measured"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ms: f64 = mean.trim_end_matches(" ms").parse().unwrap_or(0.0);
+    assert!(
+        (5.0..=14.0).contains(&ms),
+        "capped vCPU episode mean {mean}: {r:#}"
+    );
+}
+
+/// While alive, the cpu controller is on cgroup v2 (as on ordinary cloud
+/// VMs). Where it sits on a v1 hierarchy with no child cgroups (this kind of
+/// machine), that hierarchy is unmounted and cpu enabled on the cgroup2
+/// mount; dropping the guard undoes both, in reverse order.
+struct CpuOnCgroupV2 {
+    /// The v1 mount to restore: mount point and options.
+    v1: Option<(String, String)>,
+    v2_root: PathBuf,
+}
+
+impl CpuOnCgroupV2 {
+    fn enable() -> CpuOnCgroupV2 {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let v2_root = mounts
+            .lines()
+            .map(fields)
+            .find(|f| f[2] == "cgroup2")
+            .map(|f| PathBuf::from(&f[1]))
+            .expect("no cgroup2 mount to move the cpu controller to");
+        let v1 = mounts
+            .lines()
+            .map(fields)
+            .find(|f| f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu"));
+        let guard = CpuOnCgroupV2 {
+            v1: v1.as_ref().map(|f| (f[1].clone(), f[3].clone())),
+            v2_root,
+        };
+        if let Some((dir, _)) = &guard.v1 {
+            let children = std::fs::read_dir(dir)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .count();
+            assert_eq!(
+                children, 0,
+                "the v1 cpu hierarchy at {dir} has child cgroups: its controller cannot move to v2"
+            );
+            run_ok("umount", &[dir]);
+        }
+        // A v1 hierarchy is released asynchronously after its unmount.
+        wait_for(
+            "the cpu controller to be free for cgroup v2",
+            Duration::from_secs(10),
+            || std::fs::write(guard.v2_root.join("cgroup.subtree_control"), "+cpu").is_ok(),
+        );
+        guard
+    }
+}
+
+impl Drop for CpuOnCgroupV2 {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.v2_root.join("cgroup.subtree_control"), "-cpu");
+        let Some((dir, opts)) = &self.v1 else { return };
+        // The controller leaves v2 asynchronously too: retry the mount.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = Command::new("mount")
+                .args(["-t", "cgroup", "-o", opts, "cgroup", dir])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            if Instant::now() > deadline {
+                eprintln!(
+                    "could not remount the v1 cpu hierarchy at {dir} ({opts}): restore it by hand"
+                );
+                if !std::thread::panicking() {
+                    panic!("v1 cpu hierarchy not restored");
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn run_ok(cmd: &str, args: &[&str]) {
+    let status = Command::new(cmd).args(args).status().unwrap();
+    assert!(status.success(), "{cmd} {args:?}: {status:?}");
+}
+
+/// Bandwidth caps through cgroup v2 (threaded cgroups, cpu.max), as on an
+/// ordinary cloud VM; on this machine the test moves the cpu controller to
+/// v2 for its duration.
+#[test]
+fn caps_work_under_cgroup_v2() {
+    let _guard = common::serial();
+    let _v2 = CpuOnCgroupV2::enable();
+    let r = check("capped-30pct");
+    assert_eq!(item(&r, 0, "stacking groups")["pass"], true, "{r:#}");
+    assert_cap_is_seen(&r);
+    // Nothing left in the v2 hierarchy either.
+    let left: Vec<_> = std::fs::read_dir(&_v2.v2_root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("vsched-lab-"))
+        .collect();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+}
+
 /// What holds in every run on a small shared host: stacking is decided
 /// exactly (stacked vCPUs complete no overlapping transfers at all),
 /// including after a phase change under `probe --watch`, and the capped
@@ -65,24 +191,7 @@ fn layouts_boot_stacking_is_exact_and_caps_are_seen() {
             "{name}: {r:#}"
         );
         if name == "capped-30pct" {
-            let share: f64 = item(&r, 0, "vCPU 1 relative available share")["measured"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert!(
-                (0.1..=0.75).contains(&share),
-                "capped vCPU available share {share}: {r:#}"
-            );
-            let mean = item(&r, 0, "vCPU 1 inactive-episode mean")["measured"]
-                .as_str()
-                .unwrap()
-                .to_string();
-            let ms: f64 = mean.trim_end_matches(" ms").parse().unwrap_or(0.0);
-            assert!(
-                (5.0..=14.0).contains(&ms),
-                "capped vCPU episode mean {mean}: {r:#}"
-            );
+            assert_cap_is_seen(&r);
         }
     }
     let r = check("becomes-stacked");
@@ -119,9 +228,26 @@ fn shipped_layouts_pass_their_full_checks() {
     }
 }
 
+/// Where the lab may create cgroups: the cgroup v1 cpu controller's mount
+/// points and every cgroup2 mount (unified or hybrid layout).
+fn cgroup_roots() -> Vec<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let is_cpu_v1 = f.get(2) == Some(&"cgroup")
+                && f.get(3).is_some_and(|o| o.split(',').any(|o| o == "cpu"));
+            (f.get(2) == Some(&"cgroup2") || is_cpu_v1).then(|| PathBuf::from(f[1]))
+        })
+        .collect()
+}
+
 fn lab_leftovers(pid: u32) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    for dir in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup", "/tmp"] {
+    let mut dirs = cgroup_roots();
+    dirs.push(PathBuf::from("/tmp"));
+    for dir in dirs {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
@@ -172,8 +298,9 @@ fn start_sleeping_guest() -> (std::process::Child, u32) {
         .unwrap();
     let pid = child.id();
     wait_for("the guest's cgroup", Duration::from_secs(30), || {
-        Path::new(&format!("/sys/fs/cgroup/cpu/vsched-lab-{pid}/vcpu1")).exists()
-            || Path::new(&format!("/sys/fs/cgroup/vsched-lab-{pid}/vcpu1")).exists()
+        cgroup_roots()
+            .iter()
+            .any(|r| r.join(format!("vsched-lab-{pid}/vcpu1")).exists())
     });
     let qemu = qemu_children(pid);
     assert_eq!(qemu.len(), 1, "one QEMU child expected");
