@@ -271,6 +271,8 @@ pub fn run(args: RunArgs) -> Result<u8> {
     // spawn() returns once the exec succeeded: the code we read is the program's.
     let pid = child.id() as i32;
     let mut status = None;
+    // SIGTERM to vsched goes to the program once, whichever loop sees it.
+    let mut forwarded = false;
     if args.spin_detect {
         let engine = match attach(pid, cfg) {
             Ok(e) => Some(e),
@@ -283,7 +285,6 @@ pub fn run(args: RunArgs) -> Result<u8> {
             }
         };
         if let Some(engine) = engine {
-            let mut forwarded = false;
             let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
                 forward_sigterm(pid, &mut forwarded);
                 // Peek without reaping: while threads are traced, a plain
@@ -303,14 +304,12 @@ pub fn run(args: RunArgs) -> Result<u8> {
         None => loop {
             // Without detection (or after Ctrl-C stopped it) just wait; the
             // program got the terminal's SIGINT itself, SIGTERM is forwarded.
-            match child.try_wait()? {
-                Some(s) => break s,
-                None => {
-                    let mut forwarded = false;
-                    forward_sigterm(pid, &mut forwarded);
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+            // (A thread may still be traced for a moment: peek, as above.)
+            if has_exited(pid) {
+                break child.wait()?;
             }
+            forward_sigterm(pid, &mut forwarded);
+            std::thread::sleep(Duration::from_millis(5));
         },
     };
     use std::os::unix::process::ExitStatusExt;
@@ -493,8 +492,8 @@ fn summary_text(s: &Summary) -> String {
                 st.sched_failures
             );
             out += &format!(
-                "  replay: {} detections refuted, {} waits already over when read\n",
-                st.refuted_by_replay, st.released_before_demotion
+                "  replay: {} detections refuted, {} waits already over when read, {} stopped threads had moved on\n",
+                st.refuted_by_replay, st.released_before_demotion, st.resumed_off_path
             );
             if st.stop_refused {
                 out += "  note: ptrace was refused (permissions, or already traced): spinners were demoted instead of stopped\n";

@@ -388,6 +388,24 @@ fn sigkill_leaves_stopped_threads_to_the_kernel() {
     sigkill_leaves_nothing_held(true);
 }
 
+/// SIGTERM to `vsched run` reaches the program exactly once.
+#[test]
+fn sigterm_is_forwarded_once() {
+    let mut run = Command::new(VSCHED)
+        .args(["run", "--", "sh", "-c"])
+        .arg("trap 'echo term' TERM; i=0; while [ $i -lt 30 ]; do sleep 0.05; i=$((i+1)); done")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let out = run.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("term").count(), 1, "{text:?}");
+    assert!(out.status.success(), "{:?}", out.status);
+}
+
 #[test]
 fn run_passes_the_exit_status_through() {
     let out = vsched(&["run", "--spin-detect", "--", "sh", "-c", "exit 7"]);

@@ -113,6 +113,9 @@ pub struct Stats {
     pub refuted_by_replay: u64,
     /// Spin episodes withdrawn because a replay refuted them.
     pub spin_episodes_refuted: u64,
+    /// Stopped threads resumed at once because they stopped outside their
+    /// loop's waiting path (the sample that decided the stop was stale).
+    pub resumed_off_path: u64,
     /// Time threads spent demoted or stopped, summed over all holds (ns).
     pub held_ns: u64,
     /// Switches between the sampling period and the idle period.
@@ -388,6 +391,7 @@ impl Engine {
                 f.reap();
             }
         }
+        self.check_stop_sites();
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
             let mut batch = std::mem::take(&mut self.scratch);
@@ -426,11 +430,15 @@ impl Engine {
         self.poll(now);
         if now >= self.next_scan_ns {
             self.next_scan_ns = now + SCAN_EVERY_NS;
-            self.scan()?;
+            // Reaping must not depend on the scan succeeding: a thread perf
+            // keeps refusing would otherwise leave dead tracees unreaped
+            // and the program's exit hanging.
+            let scanned = self.scan();
             if let Some(f) = &mut self.freezer {
                 f.reap_exited();
             }
             self.adapt_sampling(now);
+            scanned?;
         }
         Ok(())
     }
@@ -700,6 +708,35 @@ impl Engine {
         }
     }
 
+    /// A thread is stopped some microseconds after the sample that decided
+    /// it, and that sample may be old: where it actually stopped must be on
+    /// the loop's waiting path, or it has moved on (it got the lock, and may
+    /// be waiting somewhere else now, or holding something) and is resumed.
+    fn check_stop_sites(&mut self) {
+        let Some(f) = &mut self.freezer else { return };
+        let mut moved_on = vec![];
+        for tid in f.take_newly_stopped() {
+            let Some(w) = self
+                .threads
+                .get(&tid)
+                .and_then(|t| t.demotion.as_ref())
+                .filter(|d| matches!(d.hold, Hold::Stopped))
+                .and_then(|d| d.watch.as_ref())
+            else {
+                continue;
+            };
+            if f.ip(tid)
+                .is_some_and(|ip| w.path.binary_search(&ip).is_err())
+            {
+                moved_on.push(tid);
+            }
+        }
+        for tid in moved_on {
+            self.stats.resumed_off_path += 1;
+            self.restore(tid);
+        }
+    }
+
     /// Replays `tid`'s loop from its newest sample, and says which words it
     /// read (None: replay is off or memory is unreadable).
     fn replay_newest(&mut self, tid: i32) -> Option<(Replay, Vec<Word>)> {
@@ -843,6 +880,17 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
+        // Demoted threads are restored here; stopped ones are detached by
+        // the freezer below (a detach resumes them: no stop-and-go).
+        for t in self.threads.values_mut() {
+            if t.demotion
+                .as_ref()
+                .is_some_and(|d| matches!(d.hold, Hold::Stopped))
+            {
+                t.demotion = None;
+                self.load.held -= 1;
+            }
+        }
         let demoted: Vec<i32> = self
             .threads
             .iter()

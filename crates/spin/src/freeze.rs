@@ -40,6 +40,8 @@ pub struct Freezer {
     sigchld: libc::c_int,
     /// ptrace refused (permissions, YAMA): stop nothing from then on.
     refused: bool,
+    /// Stops reported since the engine last looked.
+    newly_stopped: Vec<i32>,
 }
 
 impl Freezer {
@@ -63,6 +65,7 @@ impl Freezer {
             threads: HashMap::new(),
             sigchld: fd,
             refused: false,
+            newly_stopped: Vec::new(),
         })
     }
 
@@ -156,8 +159,12 @@ impl Freezer {
             }
             // CLD_STOPPED is a job-control stop reported to us as the parent,
             // not a ptrace stop (that one comes as CLD_TRAPPED); any other
-            // child's stop has no other waiter to miss it.
-            if info.si_code == libc::CLD_TRAPPED && self.threads.contains_key(&pid) {
+            // child's stop has no other waiter to miss it. Every CLD_TRAPPED
+            // is one of our tracees, even one not in the table (a seized
+            // thread that called execve now has the leader's id): it must
+            // be serviced, or it stays stopped.
+            if info.si_code == libc::CLD_TRAPPED {
+                self.threads.entry(pid).or_insert(State::Running);
                 // For ptrace stops si_status holds the stop signal and the
                 // event above it; rebuild waitpid's encoding.
                 self.stopped(pid, (code << 8) | 0x7f);
@@ -188,6 +195,7 @@ impl Freezer {
             match state {
                 State::Stopping { resume: false } => {
                     self.threads.insert(tid, State::Stopped);
+                    self.newly_stopped.push(tid);
                 }
                 State::Stopped => {}
                 _ => {
@@ -240,22 +248,22 @@ impl Freezer {
         }
     }
 
-    /// Resumes and detaches every thread. A thread that cannot be brought to a
-    /// stop within a moment is left seized; the kernel detaches it when
-    /// vsched exits.
+    /// Detaches every thread (a detach resumes a stopped thread; one in a
+    /// job-control stop stays stopped), reaping those that died traced.
+    /// Gives up after 2 s on threads that never reach a stop (stuck in the
+    /// kernel); the kernel detaches them when vsched exits.
     pub fn release_all(&mut self) {
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
             // SAFETY (ptrace calls): integer arguments on our own tracees.
             match self.threads[&tid] {
-                // Detaching a stopped tracee resumes it (or leaves it in its
-                // job-control stop).
-                State::Stopped | State::GroupStopped => {
+                State::Stopped => {
                     unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
                     self.threads.remove(&tid);
                 }
-                // PTRACE_DETACH needs a stopped tracee.
-                State::Running => {
+                // PTRACE_DETACH needs a ptrace stop; a listening (job-control
+                // stopped) tracee is re-trapped first, like a running one.
+                State::Running | State::GroupStopped => {
                     unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) };
                     self.threads.insert(tid, State::Stopping { resume: true });
                 }
@@ -264,21 +272,19 @@ impl Freezer {
                 }
             }
         }
-        let deadline = crate::sample::now_ns() + 100_000_000;
+        let deadline = crate::sample::now_ns() + 2_000_000_000;
         while !self.threads.is_empty() && crate::sample::now_ns() < deadline {
             let pending: Vec<i32> = self.threads.keys().copied().collect();
             for tid in pending {
-                // Stops only: an exit is left to the process's own waiter.
+                // Stops, and exits of threads other than the process itself
+                // (its exit is its parent's to collect).
+                let mut flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+                if tid != self.leader {
+                    flags |= libc::WEXITED;
+                }
                 // SAFETY: waitid fills a local siginfo.
                 let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-                let rc = unsafe {
-                    libc::waitid(
-                        libc::P_PID,
-                        tid as libc::id_t,
-                        &mut info,
-                        libc::WSTOPPED | libc::WNOHANG | libc::__WALL,
-                    )
-                };
+                let rc = unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) };
                 // SAFETY: valid for SIGCHLD-type siginfo.
                 let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
                 if rc != 0 {
@@ -290,11 +296,32 @@ impl Freezer {
                     // SAFETY: detaching a stopped tracee.
                     unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass as libc::c_long) };
                     self.threads.remove(&tid);
+                } else if pid == tid {
+                    self.threads.remove(&tid); // exited, reaped
+                } else if tid == self.leader && !thread_alive(tid, tid) {
+                    self.threads.remove(&tid); // exiting: the parent reaps it
                 }
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         self.threads.clear();
+    }
+
+    /// Threads whose stop was reported since the last call (to check where
+    /// they stopped).
+    pub fn take_newly_stopped(&mut self) -> Vec<i32> {
+        std::mem::take(&mut self.newly_stopped)
+    }
+
+    /// The instruction pointer of a stopped thread.
+    pub fn ip(&self, tid: i32) -> Option<u64> {
+        if self.threads.get(&tid) != Some(&State::Stopped) {
+            return None;
+        }
+        // SAFETY: PTRACE_GETREGS fills a user_regs_struct of a stopped tracee.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut _) };
+        (rc == 0).then_some(regs.rip)
     }
 }
 

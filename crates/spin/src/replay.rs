@@ -134,8 +134,17 @@ impl<M: Memory> Memory for Snapshot<'_, M> {
 }
 
 impl ProcessMemory {
-    /// Reads many words with one system call; None if any is unreadable.
+    /// Reads many words, one system call per 1024 (IOV_MAX); None if any is
+    /// unreadable.
     pub fn read_words(&mut self, wanted: &[(u64, usize)]) -> Option<Vec<Word>> {
+        let mut all = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(1024) {
+            all.extend(self.read_chunk(chunk)?);
+        }
+        Some(all)
+    }
+
+    fn read_chunk(&mut self, wanted: &[(u64, usize)]) -> Option<Vec<Word>> {
         let mut values = vec![[0u8; 8]; wanted.len()];
         let local: Vec<libc::iovec> = values
             .iter_mut()
