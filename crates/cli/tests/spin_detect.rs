@@ -391,7 +391,7 @@ fn sigkill_leaves_stopped_threads_to_the_kernel() {
 /// SIGTERM to `vsched run` reaches the program exactly once.
 #[test]
 fn sigterm_is_forwarded_once() {
-    let mut run = Command::new(VSCHED)
+    let run = Command::new(VSCHED)
         .args(["run", "--", "sh", "-c"])
         .arg("trap 'echo term' TERM; i=0; while [ $i -lt 30 ]; do sleep 0.05; i=$((i+1)); done")
         .stdout(Stdio::piped())
