@@ -52,7 +52,7 @@ pub struct DetectArgs {
 
     /// Sampling period while the machine has not been oversubscribed for
     /// 100 ms (nothing is done about spinning then); equal to --period: off
-    #[arg(long, value_name = "DURATION", default_value = "2ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true)]
     idle_period: Duration,
 
     /// Samples in the detector's decision window

@@ -66,7 +66,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             period_ns: 500_000,
-            idle_period_ns: 2_000_000,
+            idle_period_ns: 10_000_000,
             suspect_period_ns: 50_000,
             suspect_ns: 50_000_000,
             params: DetectorParams::default(),
