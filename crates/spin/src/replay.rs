@@ -809,34 +809,47 @@ mod tests {
     ];
     const FLAG: u64 = 0x8000;
 
-    struct TestMemory {
-        flag: u64,
+    /// Code at CODE and 8-byte words at chosen addresses (a read of fewer
+    /// bytes gets the word's low bytes).
+    struct Words {
+        code: &'static [u8],
+        words: std::collections::HashMap<u64, u64>,
     }
 
-    impl Memory for TestMemory {
+    impl Memory for Words {
         fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            let code_end = CODE + LOOPS.len() as u64;
-            if addr >= CODE && addr < code_end {
-                let from = (addr - CODE) as usize;
-                let n = buf.len().min(LOOPS.len() - from);
-                buf[..n].copy_from_slice(&LOOPS[from..from + n]);
-                return n == buf.len();
+            if let Some(off) = addr.checked_sub(CODE).map(|o| o as usize) {
+                if off < self.code.len() {
+                    let n = buf.len().min(self.code.len() - off);
+                    buf[..n].copy_from_slice(&self.code[off..off + n]);
+                    return n == buf.len();
+                }
             }
-            let word = self.flag.to_le_bytes();
-            let at = |a: u64| {
-                (a >= FLAG && a + buf.len() as u64 <= FLAG + 8).then(|| (a - FLAG) as usize)
-            };
-            // The ticket loop reads [rip+0x100] = 0x1137.
-            let at = at(addr).or_else(|| (addr == CODE + 0x137).then_some(0));
-            match at {
-                Some(off) => {
+            match self.words.get(&addr) {
+                Some(w) if buf.len() <= 8 => {
                     let n = buf.len();
-                    buf.copy_from_slice(&word[off..off + n]);
+                    buf.copy_from_slice(&w.to_le_bytes()[..n]);
                     true
                 }
-                None => false,
+                _ => false,
             }
         }
+    }
+
+    /// The LOOPS code with the word they poll: at FLAG, and at 0x1137 where
+    /// the ticket loop's [rip+0x100] points.
+    fn loops(flag: u64) -> Words {
+        let mut m = Words {
+            code: &LOOPS,
+            words: Default::default(),
+        };
+        set_flag(&mut m, flag);
+        m
+    }
+
+    fn set_flag(m: &mut Words, flag: u64) {
+        m.words.insert(FLAG, flag);
+        m.words.insert(CODE + 0x137, flag);
     }
 
     fn regs(rdi: u64, rsi: u64, rcx: u64, rdx: u64) -> [u64; NREGS] {
@@ -862,7 +875,7 @@ mod tests {
 
     #[test]
     fn flag_loop_waits_until_the_flag_clears() {
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 1 });
+        let (mut r, mut m) = (Replayer::new(), loops(1));
         let regs = regs(FLAG, 0, 0, 0);
         // Sampled on the branch, with stale flags: the replay re-reads memory.
         let path = waiting_path(&mut r, &mut m, CODE + 4, &regs);
@@ -871,39 +884,13 @@ mod tests {
             r.replay(&mut m, CODE + 4, &regs, Some(&path)),
             Replay::Waiting { .. }
         ));
-        m.flag = 0;
+        set_flag(&mut m, 0);
         assert_eq!(
             r.replay(&mut m, CODE + 4, &regs, Some(&path)),
             Replay::Leaves
         );
         // Without a known path: falling through the closing branch leaves.
         assert_eq!(r.replay(&mut m, CODE + 4, &regs, None), Replay::Leaves);
-    }
-
-    /// Code and 8-byte words at chosen addresses.
-    struct Words {
-        code: &'static [u8],
-        words: std::collections::HashMap<u64, u64>,
-    }
-
-    impl Memory for Words {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            if let Some(off) = addr.checked_sub(CODE).map(|o| o as usize) {
-                if off < self.code.len() {
-                    let n = buf.len().min(self.code.len() - off);
-                    buf[..n].copy_from_slice(&self.code[off..off + n]);
-                    return n == buf.len();
-                }
-            }
-            match self.words.get(&addr) {
-                Some(w) if buf.len() <= 8 => {
-                    let n = buf.len();
-                    buf.copy_from_slice(&w.to_le_bytes()[..n]);
-                    true
-                }
-                _ => false,
-            }
-        }
     }
 
     #[test]
@@ -956,10 +943,10 @@ mod tests {
 
     #[test]
     fn compare_with_memory_and_pause() {
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 5 });
+        let (mut r, mut m) = (Replayer::new(), loops(5));
         let regs = regs(FLAG, 0, 0, 0);
         let path = waiting_path(&mut r, &mut m, CODE + 8, &regs);
-        m.flag = 0;
+        set_flag(&mut m, 0);
         assert_eq!(
             r.replay(&mut m, CODE + 8, &regs, Some(&path)),
             Replay::Leaves
@@ -969,11 +956,11 @@ mod tests {
     #[test]
     fn token_ring_modulo_is_evaluated() {
         // Thread 3 of 8 waits for turn % 8 == 3.
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 16 });
+        let (mut r, mut m) = (Replayer::new(), loops(16));
         let regs = regs(FLAG, 3, 8, 0);
         let path = waiting_path(&mut r, &mut m, CODE + 0x15, &regs);
         for turn in [17, 18, 24, 33] {
-            m.flag = turn;
+            set_flag(&mut m, turn);
             assert!(
                 matches!(
                     r.replay(&mut m, CODE + 0x15, &regs, Some(&path)),
@@ -982,7 +969,7 @@ mod tests {
                 "turn {turn} is not thread 3's"
             );
         }
-        m.flag = 19;
+        set_flag(&mut m, 19);
         assert_eq!(
             r.replay(&mut m, CODE + 0x15, &regs, Some(&path)),
             Replay::Leaves
@@ -991,11 +978,11 @@ mod tests {
 
     #[test]
     fn sixteen_bit_ticket_compare() {
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 0x0001_0004 });
+        let (mut r, mut m) = (Replayer::new(), loops(0x0001_0004));
         // Waiting for ticket 7; the upper half of the word is another field.
         let regs = regs(0, 0, 0, 7);
         let path = waiting_path(&mut r, &mut m, CODE + 0x30, &regs);
-        m.flag = 0x0002_0007;
+        set_flag(&mut m, 0x0002_0007);
         assert_eq!(
             r.replay(&mut m, CODE + 0x30, &regs, Some(&path)),
             Replay::Leaves
@@ -1004,7 +991,7 @@ mod tests {
 
     #[test]
     fn calls_and_stores_are_opaque() {
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 0 });
+        let (mut r, mut m) = (Replayer::new(), loops(0));
         let regs = regs(FLAG, FLAG, 0, 0);
         assert_eq!(r.replay(&mut m, CODE + 0x1a, &regs, None), Replay::Opaque);
         assert_eq!(r.replay(&mut m, CODE + 0x24, &regs, None), Replay::Opaque);
@@ -1019,28 +1006,21 @@ mod tests {
             0x4d, 0x01, 0xd8, 0x4c, 0x89, 0xd2, 0x48, 0x0f, 0xaf, 0xd6, 0x48, 0x83, 0xc1, 0x08,
             0x4d, 0x8d, 0x14, 0x11, 0x49, 0x01, 0xd9, 0x48, 0x39, 0xcf, 0x75, 0xe6,
         ];
-        struct Code;
-        impl Memory for Code {
-            fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-                let Some(off) = addr.checked_sub(CODE).map(|o| o as usize) else {
-                    return false;
-                };
-                let n = buf.len().min(WORK.len().saturating_sub(off));
-                buf[..n].copy_from_slice(&WORK[off..off + n]);
-                n == buf.len()
-            }
-        }
+        let mut code = Words {
+            code: &WORK,
+            words: Default::default(),
+        };
         let mut r = regs(1 << 20, 3, 0, 0);
         r[1] = 5;
         assert_eq!(
-            Replayer::new().replay(&mut Code, CODE, &r, None),
+            Replayer::new().replay(&mut code, CODE, &r, None),
             Replay::Progressing
         );
     }
 
     #[test]
     fn unreadable_data_is_opaque() {
-        let (mut r, mut m) = (Replayer::new(), TestMemory { flag: 1 });
+        let (mut r, mut m) = (Replayer::new(), loops(1));
         assert_eq!(
             r.replay(&mut m, CODE, &regs(0xdead_0000, 0, 0, 0), None),
             Replay::Opaque
