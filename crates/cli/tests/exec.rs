@@ -69,6 +69,18 @@ int main(void) {
 }
 "#;
 
+/// Runs `cmd`, requires it to succeed, returns its stdout.
+fn succeeds(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 fn build(dir: &Path, name: &str, source: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     let bin = dir.join(name);
@@ -133,16 +145,10 @@ fn thousands_of_threads_synchronise() {
     library();
     let dir = TempDir::new("many");
     let program = build(&dir.0, "many", MANY_THREADS);
-    let out = Command::new("timeout")
-        .args(["120", VSCHED, "exec", "--"])
-        .arg(&program)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeeds(
+        Command::new("timeout")
+            .args(["120", VSCHED, "exec", "--"])
+            .arg(&program),
     );
     assert!(
         stdout.contains("loaded=1 entered=2000 released=2000"),
@@ -156,19 +162,13 @@ fn preloads_the_runtime_and_reports_its_statistics() {
     let dir = TempDir::new("stats");
     let program = build(&dir.0, "ring", PROGRAM);
     let stats = dir.0.join("stats.json");
-    let out = Command::new(VSCHED)
-        .arg("exec")
-        .arg("--stats-json")
-        .arg(&stats)
-        .arg("--")
-        .arg(&program)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeeds(
+        Command::new(VSCHED)
+            .arg("exec")
+            .arg("--stats-json")
+            .arg(&stats)
+            .arg("--")
+            .arg(&program),
     );
     assert!(
         stdout.contains("loaded=1 counter=16000 turn=16000"),
@@ -258,15 +258,10 @@ fn warns_that_a_static_program_cannot_be_preloaded() {
 fn a_hand_preloaded_program_uses_the_last_measurement() {
     let lib = library();
     let dir = TempDir::new("cache");
-    let out = Command::new(VSCHED)
-        .env("XDG_CACHE_HOME", &dir.0)
-        .args(["exec", "--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new(VSCHED)
+            .env("XDG_CACHE_HOME", &dir.0)
+            .args(["exec", "--", "true"]),
     );
     let cached = std::fs::read_to_string(dir.0.join("vsched/sync-spin-ns")).unwrap();
     let measured: u64 = cached.trim().parse().unwrap();
