@@ -1848,6 +1848,24 @@ static struct celt *celt_map(void)
     e->busy = 1;
     return e;
 }
+/* One round of the destroy-after-broadcast cases: finders wait on the
+ * condvar (mostly all blocked; every fourth round in whatever state they have
+ * reached), the element is deleted and broadcast, and the condvar destroyed
+ * at once, while woken finders may still be leaving it. */
+static void broadcast_then_destroy(struct cfind *s, pthread_t *t, int finders, int round)
+{
+    for (int i = 0; i < finders; i++)
+        t[i] = spawn(cfind_main, s);
+    if (round % 4 != 0)
+        CHECK(wait_locked_count(&s->lm, &s->waiting, finders, 3000),
+              "round %d: the finders did not block", round);
+    EXPECT(pthread_mutex_lock(&s->lm), 0);
+    s->deleted = 1;
+    s->ep->busy = 0;
+    EXPECT(pthread_cond_broadcast(&s->ep->notbusy), 0);
+    EXPECT(pthread_mutex_unlock(&s->lm), 0);
+    EXPECT(pthread_cond_destroy(&s->ep->notbusy), 0);
+}
 static void cond_destroy_munmap_after_broadcast(void)
 {
     enum { ROUNDS = 200, FINDERS = 4 };
@@ -1859,19 +1877,7 @@ static void cond_destroy_munmap_after_broadcast(void)
         s.deleted = 0;
         s.waiting = 0;
         pthread_t t[FINDERS];
-        for (int i = 0; i < FINDERS; i++)
-            t[i] = spawn(cfind_main, &s);
-        /* Mostly with every finder blocked in the wait; every fourth round
-         * in whatever state they have reached. */
-        if (round % 4 != 0)
-            CHECK(wait_locked_count(&s.lm, &s.waiting, FINDERS, 3000),
-                  "round %d: the finders did not block", round);
-        EXPECT(pthread_mutex_lock(&s.lm), 0);
-        s.deleted = 1;
-        s.ep->busy = 0;
-        EXPECT(pthread_cond_broadcast(&s.ep->notbusy), 0);
-        EXPECT(pthread_mutex_unlock(&s.lm), 0);
-        EXPECT(pthread_cond_destroy(&s.ep->notbusy), 0);
+        broadcast_then_destroy(&s, t, FINDERS, round);
         CHECK(munmap(s.ep, 4096) == 0, "munmap: %s", strerror(errno));
         for (int i = 0; i < FINDERS; i++)
             join(t[i]);
@@ -1905,17 +1911,7 @@ static void cond_destroy_reinit_same_address(void)
         s.waiting = 0;
         s.ep->busy = 1;
         pthread_t t[FINDERS];
-        for (int i = 0; i < FINDERS; i++)
-            t[i] = spawn(cfind_main, &s);
-        if (round % 4 != 0)
-            CHECK(wait_locked_count(&s.lm, &s.waiting, FINDERS, 3000),
-                  "round %d: the finders did not block", round);
-        EXPECT(pthread_mutex_lock(&s.lm), 0);
-        s.deleted = 1;
-        s.ep->busy = 0;
-        EXPECT(pthread_cond_broadcast(&s.ep->notbusy), 0);
-        EXPECT(pthread_mutex_unlock(&s.lm), 0);
-        EXPECT(pthread_cond_destroy(&s.ep->notbusy), 0);
+        broadcast_then_destroy(&s, t, FINDERS, round);
         memset(&s.ep->notbusy, 0xA5, sizeof s.ep->notbusy);
         EXPECT(pthread_cond_init(&s.ep->notbusy, NULL), 0);
         /* a new generation on the re-initialised condvar */
