@@ -12,8 +12,9 @@ use crate::sample::Sample;
 use crate::sched::{self, SchedAttr};
 use crate::threads;
 use crate::watchdog::Watchdog;
+use crate::word_traps::WordTraps;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// What to do with a thread found spinning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +58,14 @@ pub struct Config {
     /// Longest demotion of a thread whose loop replays (a safety net: the
     /// replay restores it when its wait ends).
     pub watched_lease_ns: u64,
+    /// Put a hardware breakpoint on the wait loop of each stopped thread, so
+    /// that the next time it enters that loop it is stopped before it spins
+    /// instead of after a sampling period (see `EntryTrap`).
+    pub entry_traps: bool,
+    /// Put hardware write breakpoints on the words stopped threads wait on
+    /// (see `word_traps`): their wait is checked the moment one is written,
+    /// rather than polled every half watch period.
+    pub word_traps: bool,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -78,6 +87,8 @@ impl Default for Config {
             stop: true,
             watch_period_ns: 20_000,
             watched_lease_ns: 20_000_000,
+            entry_traps: true,
+            word_traps: true,
             record_samples: false,
         }
     }
@@ -116,6 +127,27 @@ pub struct Stats {
     /// Stopped threads resumed at once because they stopped outside their
     /// loop's waiting path (the sample that decided the stop was stale).
     pub resumed_off_path: u64,
+    /// Spinners found by replaying two consecutive samples at one address
+    /// (a wait whose polled counter moved between them; see `same_wait`).
+    pub replay_detections: u64,
+    /// Entry traps set (hardware breakpoints on the wait loops of stopped threads).
+    pub entry_traps: u64,
+    /// Entry traps the kernel refused (no free debug register, permissions).
+    pub entry_trap_failures: u64,
+    /// Threads stopped the moment they re-entered a wait loop (an entry trap
+    /// fired and the replay said the wait was not over).
+    pub entry_stops: u64,
+    /// Entry trap hits where the wait was already over (the thread went on).
+    pub entry_passes: u64,
+    /// Entry traps removed: the machine was no longer oversubscribed, the
+    /// loop mostly passed straight through, or its replay changed verdict.
+    pub entry_traps_removed: u64,
+    /// Write traps set (one per thread per watched word).
+    pub word_traps: u64,
+    /// Write traps the kernel refused (that word is polled instead).
+    pub word_trap_failures: u64,
+    /// Checks of the watched words prompted by a write trap.
+    pub word_trap_wakeups: u64,
     /// Time threads spent demoted or stopped, summed over all holds (ns).
     pub held_ns: u64,
     /// Switches between the sampling period and the idle period.
@@ -175,8 +207,37 @@ impl Demotion {
     }
 }
 
+/// A hardware execute breakpoint on the wait loop a thread was last stopped
+/// in. A thread handed its turn usually comes back to the same loop a little
+/// later (a ring stage, a consumer, a barrier); with a trap on the loop, its
+/// registers arrive the instant it re-enters, the replay decides, and a
+/// thread that must wait is stopped after one iteration rather than after
+/// spinning until its next sample. A trap costs the thread a debug exception
+/// per hit, so one that keeps firing without leading to a stop is removed.
+struct EntryTrap {
+    ip: u64,
+    sampler: ThreadSampler,
+    stops: u64,
+    passes: u64,
+}
+
+impl EntryTrap {
+    /// Removed once hits that pass straight through clearly outnumber stops.
+    fn wasted(&self) -> bool {
+        self.passes > 8 + 2 * self.stops
+    }
+}
+
+/// Loops whose entry trap was removed for passing too often, per thread.
+const UNTRAPPED_MEMORY: usize = 8;
+
 struct Tracked {
     sampler: ThreadSampler,
+    entry: Option<EntryTrap>,
+    /// Loop addresses not to trap again (they mostly passed straight through).
+    untrapped: Vec<u64>,
+    /// The kernel refused an entry trap for this thread: do not ask again.
+    entry_refused: bool,
     detector: ThreadDetector,
     demotion: Option<Demotion>,
     /// Samples in the current episode.
@@ -207,6 +268,10 @@ pub struct Engine {
     freezer: Option<Freezer>,
     /// The freezer's descriptor was readable at the last wait.
     tracee_events: bool,
+    word_traps: WordTraps,
+    /// Loop addresses whose replay showed computation, not a wait (see
+    /// `same_wait`).
+    not_waits: HashSet<u64>,
     /// Threads are sampled at the idle period (not oversubscribed lately).
     relaxed: bool,
     /// When the machine was last seen oversubscribed.
@@ -265,6 +330,11 @@ fn runnable_tasks(loadavg: &str) -> Option<usize> {
         .ok()
 }
 
+/// How often words that all have write traps are still read (for writes a
+/// breakpoint misses: the kernel's, another process's).
+const FALLBACK_WATCH_NS: u64 = 200_000;
+/// Addresses remembered as not waits before the set is cleared.
+const NOT_WAITS_LIMIT: usize = 4096;
 /// How often the thread list is re-read (threads created later).
 const SCAN_EVERY_NS: u64 = 10_000_000;
 /// Time without oversubscription before sampling relaxes to the idle period.
@@ -304,6 +374,8 @@ impl Engine {
             next_watch_ns: 0,
             freezer: None,
             tracee_events: false,
+            not_waits: HashSet::new(),
+            word_traps: WordTraps::default(),
             relaxed: false,
             last_over_ns: now_ns(),
         };
@@ -348,11 +420,13 @@ impl Engine {
             self.forget_all();
             return Ok(());
         };
+        // A listing taken while other threads exit can skip a live one:
+        // only a thread whose own entry is gone has ended.
         let gone: Vec<i32> = self
             .threads
             .keys()
             .copied()
-            .filter(|t| tids.binary_search(t).is_err())
+            .filter(|&t| tids.binary_search(&t).is_err() && !threads_alive(self.pid, t))
             .collect();
         for tid in gone {
             self.forget(tid);
@@ -368,6 +442,9 @@ impl Engine {
                         tid,
                         Tracked {
                             sampler,
+                            entry: None,
+                            untrapped: Vec::new(),
+                            entry_refused: false,
                             detector: ThreadDetector::new(),
                             demotion: None,
                             episode_samples: 0,
@@ -386,12 +463,15 @@ impl Engine {
 
     /// Reads all new samples, updates the detectors and acts on what changed.
     pub fn poll(&mut self, now_ns: u64) {
+        // Waits that ended first: a resumed thread is the one the others wait for.
+        self.watch_words(now_ns);
         if let Some(f) = &mut self.freezer {
             if std::mem::take(&mut self.tracee_events) {
                 f.reap();
             }
         }
         self.check_stop_sites();
+        self.poll_entry_traps();
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
             let mut batch = std::mem::take(&mut self.scratch);
@@ -413,10 +493,7 @@ impl Engine {
             }
             self.scratch = batch;
         }
-        if now_ns >= self.next_watch_ns {
-            self.next_watch_ns = now_ns + self.cfg.watch_period_ns / 2;
-            self.check_watched();
-        }
+
         self.expire_leases(now_ns);
         self.clear_suspects(now_ns);
     }
@@ -475,6 +552,10 @@ impl Engine {
             if t.suspect_since.is_none() {
                 t.sampler.set_period(period);
             }
+            // Nothing is stopped while relaxed: a trap would only cost hits.
+            if relax && t.entry.take().is_some() {
+                self.stats.entry_traps_removed += 1;
+            }
         }
     }
 
@@ -486,17 +567,20 @@ impl Engine {
             if let Some(d) = &t.demotion {
                 timeout_ns = timeout_ns.min(d.lease_end(&self.cfg).saturating_sub(now_ns));
                 if d.watch.is_some() {
-                    timeout_ns = timeout_ns.min(self.cfg.watch_period_ns);
+                    timeout_ns = timeout_ns.min(self.next_watch_ns.saturating_sub(now_ns));
                 }
             }
         }
         self.pollfds.clear();
+        let suspects = self.threads.values().filter(|t| t.suspect_since.is_some());
+        let traps = self.threads.values().filter_map(|t| t.entry.as_ref());
         self.pollfds.extend(
-            self.threads
-                .values()
-                .filter(|t| t.suspect_since.is_some())
-                .map(|t| libc::pollfd {
-                    fd: t.sampler.fd(),
+            suspects
+                .map(|t| t.sampler.fd())
+                .chain(traps.map(|e| e.sampler.fd()))
+                .chain(self.word_traps.fds())
+                .map(|fd| libc::pollfd {
+                    fd,
                     events: libc::POLLIN,
                     revents: 0,
                 }),
@@ -546,7 +630,7 @@ impl Engine {
         self.stats.samples += 1;
         let params = self.cfg.params;
         let t = self.threads.get_mut(&tid).expect("listed");
-        t.last_sample = Some(*s);
+        let previous = t.last_sample.replace(*s);
         let transition = t.detector.observe(s, &params);
         if t.detector.spinning() {
             self.stats.spin_samples += 1;
@@ -597,7 +681,17 @@ impl Engine {
         let Some(t) = self.threads.get(&tid) else {
             return;
         };
-        if !t.detector.spinning() || self.cfg.action != Action::Deschedule {
+        if self.cfg.action != Action::Deschedule {
+            return;
+        }
+        if !t.detector.spinning() {
+            if t.demotion.is_none()
+                && previous.is_some_and(|p| self.same_wait(&p, s))
+                && self.load.oversubscribed(s.time_ns)
+            {
+                self.stats.replay_detections += 1;
+                self.demote(tid, s.time_ns);
+            }
             return;
         }
         match &t.demotion {
@@ -656,19 +750,16 @@ impl Engine {
         };
         // A loop that replays can tell when its wait is over without running:
         // stop the thread outright.
-        if watch.is_some() {
-            if let Some(f) = &mut self.freezer {
-                let stopped = f.stop(tid);
-                self.stats.stop_refused |= f.refused();
-                if stopped {
-                    self.stats.demotions += 1;
-                    self.stats.watched_demotions += 1;
-                    self.stats.stops += 1;
-                    self.hold(tid, now_ns, Hold::Stopped, watch);
+        let watch = match watch {
+            Some(w) => match self.stop_and_hold(tid, now_ns, w) {
+                Ok(()) => {
+                    self.arm_entry_trap(tid);
                     return;
                 }
-            }
-        }
+                Err(w) => Some(w),
+            },
+            None => None,
+        };
         let Ok(original) = sched::get(tid) else {
             self.stats.sched_failures += 1;
             return;
@@ -694,6 +785,139 @@ impl Engine {
                 self.stats.sched_failures += 1;
                 let _ = watchdog.restored(tid);
             }
+        }
+    }
+
+    /// Stops `tid` on a wait loop that replays; hands the watch back if it
+    /// cannot be stopped (no freezer, ptrace refused, thread gone).
+    fn stop_and_hold(&mut self, tid: i32, now_ns: u64, watch: Watch) -> Result<(), Watch> {
+        let Some(f) = &mut self.freezer else {
+            return Err(watch);
+        };
+        let stopped = f.stop(tid);
+        self.stats.stop_refused |= f.refused();
+        if !stopped {
+            return Err(watch);
+        }
+        self.stats.demotions += 1;
+        self.stats.watched_demotions += 1;
+        self.stats.stops += 1;
+        self.hold(tid, now_ns, Hold::Stopped, Some(watch));
+        Ok(())
+    }
+
+    /// Sets an entry trap on the loop `tid` was just stopped in (replacing
+    /// one on another loop), unless that loop passed through too often.
+    fn arm_entry_trap(&mut self, tid: i32) {
+        if !self.cfg.entry_traps {
+            return;
+        }
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let Some(ip) = t.demotion.as_ref().and_then(|d| d.watch.as_ref()).map(|w| w.ip) else {
+            return;
+        };
+        if t.entry_refused || t.entry.as_ref().is_some_and(|e| e.ip == ip) || t.untrapped.contains(&ip)
+        {
+            return;
+        }
+        t.entry = None; // frees its debug register first
+        match ThreadSampler::open_entry_trap(tid, ip) {
+            Ok(sampler) => {
+                self.stats.entry_traps += 1;
+                t.entry = Some(EntryTrap {
+                    ip,
+                    sampler,
+                    stops: 0,
+                    passes: 0,
+                });
+            }
+            Err(_) => {
+                self.stats.entry_trap_failures += 1;
+                t.entry_refused = true;
+            }
+        }
+    }
+
+    /// Acts on the newest hit of every entry trap that fired.
+    fn poll_entry_traps(&mut self) {
+        let mut hits = vec![];
+        for (&tid, t) in self.threads.iter_mut() {
+            if let Some(e) = &mut t.entry {
+                let mut newest = None;
+                e.sampler.drain(|s| newest = Some(s));
+                if let Some(s) = newest {
+                    hits.push((tid, s));
+                }
+            }
+        }
+        for (tid, s) in hits {
+            self.entry_hit(tid, s);
+        }
+    }
+
+    /// `tid` entered the loop its trap is on: stop it if its wait is not
+    /// over. Older hits of the same trap are stale and were dropped.
+    fn entry_hit(&mut self, tid: i32, mut s: Sample) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        // Held already: the hit came before the stop took effect.
+        if t.demotion.is_some() {
+            return;
+        }
+        s.tid = tid;
+        if !self.load.oversubscribed(s.time_ns) {
+            // Nothing would be stopped: each iteration would only cost a trap.
+            self.remove_entry_trap(tid, false);
+            return;
+        }
+        t.last_sample = Some(s);
+        match self.replay_newest(tid) {
+            Some((Replay::Waiting { path }, words)) => {
+                let watch = Watch {
+                    ip: s.ip,
+                    regs: s.regs,
+                    path,
+                    words,
+                };
+                if self.stop_and_hold(tid, now_ns(), watch).is_ok() {
+                    self.stats.entry_stops += 1;
+                    if let Some(e) = self.threads.get_mut(&tid).and_then(|t| t.entry.as_mut()) {
+                        e.stops += 1;
+                    }
+                } else {
+                    self.remove_entry_trap(tid, false);
+                }
+            }
+            Some((Replay::Leaves, _)) => {
+                self.stats.entry_passes += 1;
+                let t = self.threads.get_mut(&tid).expect("listed");
+                if let Some(e) = &mut t.entry {
+                    e.passes += 1;
+                    if e.wasted() {
+                        self.remove_entry_trap(tid, true);
+                    }
+                }
+            }
+            // The loop no longer replays as a wait from its entry.
+            _ => self.remove_entry_trap(tid, true),
+        }
+    }
+
+    /// Removes `tid`'s entry trap; `for_good`: never trap that loop again.
+    fn remove_entry_trap(&mut self, tid: i32, for_good: bool) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let Some(e) = t.entry.take() else { return };
+        self.stats.entry_traps_removed += 1;
+        if for_good {
+            if t.untrapped.len() == UNTRAPPED_MEMORY {
+                t.untrapped.remove(0);
+            }
+            t.untrapped.push(e.ip);
         }
     }
 
@@ -737,6 +961,37 @@ impl Engine {
         }
     }
 
+    /// Whether two consecutive samples of a thread the detector does not
+    /// call spinning sit in the same wait anyway: a wait on a counter that
+    /// moves on while others take their turns (a shared ring token, a
+    /// ticket) never repeats its registers, yet replayed from both samples
+    /// the loop ends its iteration in the same state. Addresses found not
+    /// to be waits are not replayed again.
+    fn same_wait(&mut self, previous: &Sample, s: &Sample) -> bool {
+        if previous.ip != s.ip || previous.regs == s.regs || !self.cfg.replay {
+            return false;
+        }
+        if self.not_waits.contains(&s.ip) {
+            return false;
+        }
+        let Some(memory) = self.memory.as_mut() else {
+            return false;
+        };
+        let mut mem = Snapshot::new(memory);
+        match self.replayer.same_wait(&mut mem, s.ip, &previous.regs, &s.regs) {
+            Some(same) => {
+                if !same {
+                    if self.not_waits.len() >= NOT_WAITS_LIMIT {
+                        self.not_waits.clear();
+                    }
+                    self.not_waits.insert(s.ip);
+                }
+                same
+            }
+            None => false,
+        }
+    }
+
     /// Replays `tid`'s loop from its newest sample, and says which words it
     /// read (None: replay is off or memory is unreadable).
     fn replay_newest(&mut self, tid: i32) -> Option<(Replay, Vec<Word>)> {
@@ -747,6 +1002,54 @@ impl Engine {
         let mut mem = Snapshot::new(self.memory.as_mut()?);
         let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, None);
         Some((replay, mem.take_touched()))
+    }
+
+    /// Checks the words stopped threads wait on when one was written (a
+    /// write trap fired), when a trap was just set (a write may have come
+    /// first), and every half watch period otherwise; words that all have
+    /// traps are only polled at the fallback period.
+    fn watch_words(&mut self, now_ns: u64) {
+        let written = self.word_traps.take_hits();
+        self.stats.word_trap_wakeups += written as u64;
+        let wanted = self.wanted_words();
+        let mut added = false;
+        if self.cfg.word_traps {
+            let tids: Vec<i32> = self.threads.keys().copied().collect();
+            added = self.word_traps.sync(&wanted, &tids, now_ns);
+            self.stats.word_traps = self.word_traps.opened;
+            self.stats.word_trap_failures = self.word_traps.failures;
+        }
+        if written || added || now_ns >= self.next_watch_ns {
+            let covered = !wanted.is_empty()
+                && wanted
+                    .iter()
+                    .all(|&(addr, len, _)| self.word_traps.covers(addr, len));
+            let period = if covered {
+                FALLBACK_WATCH_NS
+            } else {
+                self.cfg.watch_period_ns / 2
+            };
+            self.next_watch_ns = now_ns + period;
+            self.check_watched();
+        }
+    }
+
+    /// The words stopped or demoted threads wait on: (address, length,
+    /// how many threads wait on it).
+    fn wanted_words(&self) -> Vec<(u64, usize, usize)> {
+        let mut wanted: Vec<(u64, usize, usize)> = vec![];
+        let words = self
+            .threads
+            .values()
+            .filter_map(|t| t.demotion.as_ref()?.watch.as_ref())
+            .flat_map(|w| w.words.iter());
+        for w in words {
+            match wanted.iter_mut().find(|(a, l, _)| *a == w.addr && *l == w.len) {
+                Some(entry) => entry.2 += 1,
+                None => wanted.push((w.addr, w.len, 1)),
+            }
+        }
+        wanted
     }
 
     /// Checks every watched thread's wait: reads all the words they poll
@@ -772,11 +1075,25 @@ impl Engine {
         let current = mem.read_words(&wanted).unwrap_or_default();
         let mut snapshot = Snapshot::new(mem);
         snapshot.prefill(current.iter().copied());
+        // Longest-held first: in a ring, a pipeline or a fair lock, the
+        // thread whose turn comes next is usually the one that has waited
+        // longest. A stopped thread whose wait is over is resumed at once,
+        // before the other replays.
+        let mut order: Vec<(u64, i32)> = self
+            .threads
+            .iter()
+            .filter_map(|(&tid, t)| {
+                let d = t.demotion.as_ref()?;
+                d.watch.as_ref().map(|_| (d.since_ns, tid))
+            })
+            .collect();
+        order.sort_unstable();
         let mut released = vec![];
-        for (&tid, t) in self.threads.iter_mut() {
-            let Some(w) = t.demotion.as_mut().and_then(|d| d.watch.as_mut()) else {
+        for (_, tid) in order {
+            let Some(d) = self.threads.get_mut(&tid).and_then(|t| t.demotion.as_mut()) else {
                 continue;
             };
+            let Some(w) = d.watch.as_mut() else { continue };
             let unchanged = !current.is_empty() && w.words.iter().all(|old| current.contains(old));
             if unchanged {
                 continue;
@@ -788,7 +1105,12 @@ impl Engine {
             {
                 // Still waiting, on new values (a turn counter moved on).
                 Replay::Waiting { .. } => w.words = snapshot.take_touched(),
-                _ => released.push(tid),
+                _ => {
+                    if let (Hold::Stopped, Some(f)) = (&d.hold, self.freezer.as_mut()) {
+                        f.resume(tid);
+                    }
+                    released.push(tid);
+                }
             }
         }
         for tid in released {
@@ -901,6 +1223,7 @@ impl Engine {
             self.restore(tid);
         }
         self.threads.clear();
+        self.word_traps.clear();
         if let Some(mut f) = self.freezer.take() {
             f.release_all();
         }

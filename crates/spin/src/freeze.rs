@@ -42,6 +42,8 @@ pub struct Freezer {
     refused: bool,
     /// Stops reported since the engine last looked.
     newly_stopped: Vec<i32>,
+    /// Some thread was ever seized (until then there is nothing to reap).
+    seized_any: bool,
 }
 
 impl Freezer {
@@ -66,6 +68,7 @@ impl Freezer {
             sigchld: fd,
             refused: false,
             newly_stopped: Vec::new(),
+            seized_any: false,
         })
     }
 
@@ -104,6 +107,7 @@ impl Freezer {
                     return false;
                 }
                 self.threads.insert(tid, State::Running);
+                self.seized_any = true;
             }
         }
         // SAFETY: as above.
@@ -135,7 +139,9 @@ impl Freezer {
         let mut buf = [0u8; 128 * 4];
         // SAFETY: reading signalfd records into a local buffer.
         while unsafe { libc::read(self.sigchld, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
-        if self.threads.is_empty() {
+        // Not "no thread in the table": a tracee can be missing from it (one
+        // that called execve) and its stops must still be serviced.
+        if !self.seized_any {
             return;
         }
         loop {

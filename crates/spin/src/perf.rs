@@ -23,6 +23,31 @@ const _: () = assert!(REGS_MASK.count_ones() as usize == NREGS);
 /// than the detector's drain interval.
 const DATA_PAGES: usize = 16;
 
+/// Data pages of an entry trap's ring: a trap is drained as soon as it fires.
+const ENTRY_TRAP_PAGES: usize = 2;
+
+/// Data pages of a write trap's ring: only the wake-up matters.
+const WRITE_TRAP_PAGES: usize = 1;
+
+/// The attributes every sampler shares: user-mode IP, thread, time and
+/// registers, stamped with CLOCK_MONOTONIC.
+fn sample_attr() -> sys::bindings::perf_event_attr {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        sample_type: (sys::bindings::PERF_SAMPLE_IP
+            | sys::bindings::PERF_SAMPLE_TID
+            | sys::bindings::PERF_SAMPLE_TIME
+            | sys::bindings::PERF_SAMPLE_REGS_USER) as u64,
+        sample_regs_user: REGS_MASK,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    attr.set_use_clockid(1);
+    attr
+}
+
 /// Why a thread could not be sampled.
 #[derive(Debug)]
 pub enum OpenError {
@@ -57,6 +82,8 @@ pub struct ThreadSampler {
     fd: libc::c_int,
     base: *mut u8,
     map_len: usize,
+    /// Bytes of the ring's data area.
+    data_size: u64,
     page: usize,
     /// Samples the kernel dropped because the buffer was full.
     pub lost: u64,
@@ -70,34 +97,54 @@ impl ThreadSampler {
     /// With `wake_each`, every sample makes the descriptor readable (for
     /// poll); otherwise only a half-full buffer does, which costs nothing.
     pub fn open(tid: i32, period_ns: u64, wake_each: bool) -> Result<ThreadSampler, OpenError> {
-        let mut attr = sys::bindings::perf_event_attr {
-            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
-            type_: sys::bindings::PERF_TYPE_SOFTWARE,
-            config: sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
-            sample_type: (sys::bindings::PERF_SAMPLE_IP
-                | sys::bindings::PERF_SAMPLE_TID
-                | sys::bindings::PERF_SAMPLE_TIME
-                | sys::bindings::PERF_SAMPLE_REGS_USER) as u64,
-            sample_regs_user: REGS_MASK,
-            clockid: libc::CLOCK_MONOTONIC,
-            ..Default::default()
-        };
+        let mut attr = sample_attr();
+        attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
+        attr.config = sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64;
         attr.__bindgen_anon_1.sample_period = period_ns.max(10_000);
         if wake_each {
             attr.__bindgen_anon_2.wakeup_events = 1;
         }
-        attr.set_exclude_kernel(1);
-        attr.set_exclude_hv(1);
-        attr.set_use_clockid(1);
+        Self::open_attr(tid, &mut attr, DATA_PAGES)
+    }
+
+    /// Samples `tid` each time it executes the instruction at `ip` (a
+    /// hardware execute breakpoint, one of the thread's four debug
+    /// registers), waking the poller at once. The thread is not stopped:
+    /// the breakpoint only writes a sample. Closing the descriptor removes
+    /// the breakpoint, so nothing of it outlives vsched, not even a SIGKILL.
+    pub fn open_entry_trap(tid: i32, ip: u64) -> Result<ThreadSampler, OpenError> {
+        let mut attr = sample_attr();
+        attr.type_ = sys::bindings::PERF_TYPE_BREAKPOINT;
+        attr.bp_type = sys::bindings::HW_BREAKPOINT_X;
+        attr.__bindgen_anon_3.bp_addr = ip;
+        attr.__bindgen_anon_4.bp_len = std::mem::size_of::<libc::c_long>() as u64;
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.__bindgen_anon_2.wakeup_events = 1;
+        Self::open_attr(tid, &mut attr, ENTRY_TRAP_PAGES)
+    }
+
+    /// Makes the descriptor readable each time `tid` writes the `len`-byte
+    /// word at `addr` (a hardware write breakpoint; `len` is 1, 2, 4 or 8
+    /// and `addr` a multiple of it). Like an entry trap, it only records.
+    pub fn open_write_trap(tid: i32, addr: u64, len: usize) -> Result<ThreadSampler, OpenError> {
+        let mut attr = sample_attr();
+        attr.type_ = sys::bindings::PERF_TYPE_BREAKPOINT;
+        attr.bp_type = sys::bindings::HW_BREAKPOINT_W;
+        attr.__bindgen_anon_3.bp_addr = addr;
+        attr.__bindgen_anon_4.bp_len = len as u64;
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.__bindgen_anon_2.wakeup_events = 1;
+        Self::open_attr(tid, &mut attr, WRITE_TRAP_PAGES)
+    }
+
+    fn open_attr(
+        tid: i32,
+        attr: &mut sys::bindings::perf_event_attr,
+        data_pages: usize,
+    ) -> Result<ThreadSampler, OpenError> {
         // SAFETY: attr is fully initialised; pid = tid, any CPU, no group.
         let fd = unsafe {
-            sys::perf_event_open(
-                &mut attr,
-                tid,
-                -1,
-                -1,
-                sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
-            )
+            sys::perf_event_open(attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
         };
         if fd < 0 {
             let e = io::Error::last_os_error();
@@ -109,7 +156,7 @@ impl ThreadSampler {
         }
         // SAFETY: plain sysconf query.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let map_len = page * (1 + DATA_PAGES);
+        let map_len = page * (1 + data_pages);
         // SAFETY: mapping the event's ring buffer, as perf_event_open(2) describes.
         let base = unsafe {
             libc::mmap(
@@ -132,6 +179,7 @@ impl ThreadSampler {
             fd,
             base: base as *mut u8,
             map_len,
+            data_size: (data_pages * page) as u64,
             page,
             lost: 0,
         })
@@ -158,11 +206,27 @@ impl ThreadSampler {
         self.fd
     }
 
+    /// Discards everything recorded since the last call; says whether there
+    /// was anything (for traps, where only the wake-up matters).
+    pub fn skip_all(&mut self) -> bool {
+        let meta = self.base as *mut sys::bindings::perf_event_mmap_page;
+        // SAFETY: as in `drain`.
+        let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
+        fence(Ordering::Acquire);
+        let tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        if head == tail {
+            return false;
+        }
+        fence(Ordering::Release);
+        unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, head) };
+        true
+    }
+
     /// Hands every sample recorded since the last call to `f`, oldest first.
     pub fn drain(&mut self, mut f: impl FnMut(Sample)) {
         let meta = self.base as *mut sys::bindings::perf_event_mmap_page;
         let data = unsafe { self.base.add(self.page) };
-        let size = (DATA_PAGES * self.page) as u64;
+        let size = self.data_size;
         // SAFETY: the first page is the kernel's metadata page; data_head is
         // read before the records (acquire), data_tail written after (release).
         let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };

@@ -18,6 +18,27 @@
 use crate::sample::NREGS;
 use iced_x86::{ConditionCode, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes instruction addresses for the decode cache: one multiply (the
+/// default SipHash showed up in the detector's profile; addresses need no
+/// protection from crafted collisions).
+#[derive(Default)]
+pub struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// Where code and data come from (the live process, or a test's bytes).
 pub trait Memory {
@@ -211,7 +232,7 @@ const CACHE_LIMIT: usize = 1 << 14;
 /// Decodes and caches the program's instructions.
 #[derive(Default)]
 pub struct Replayer {
-    code: HashMap<u64, Option<Instruction>>,
+    code: HashMap<u64, Option<Instruction>, BuildHasherDefault<AddressHasher>>,
 }
 
 impl Replayer {
@@ -228,6 +249,44 @@ impl Replayer {
         regs: &[u64; NREGS],
         known_path: Option<&[u64]>,
     ) -> Replay {
+        self.run(mem, ip, regs, known_path).0
+    }
+
+    /// Whether two samples taken at the same address `ip` are in the same
+    /// wait: both replay as waits, and one iteration from each ends in the
+    /// same registers. They may differ in registers the loop overwrites from
+    /// memory before reading them (a polled turn counter that moved on
+    /// between the samples), never in ones it carries from one iteration to
+    /// the next (a pointer being chased, an index, an accumulator).
+    /// None: undecided, because the wait is over by now.
+    pub fn same_wait(
+        &mut self,
+        mem: &mut impl Memory,
+        ip: u64,
+        a: &[u64; NREGS],
+        b: &[u64; NREGS],
+    ) -> Option<bool> {
+        let mut after = [[0u64; NREGS]; 2];
+        for (regs, out) in [a, b].into_iter().zip(after.iter_mut()) {
+            match self.run(mem, ip, regs, None) {
+                (Replay::Waiting { .. }, Some(r)) => *out = r,
+                (Replay::Leaves, _) => return None,
+                _ => return Some(false),
+            }
+        }
+        // FLAGS aside: a compare's flags follow from the registers.
+        Some((0..NREGS).all(|i| i == 9 || after[0][i] == after[1][i]))
+    }
+
+    /// The replay, and the registers after its first iteration (if it
+    /// completed one).
+    fn run(
+        &mut self,
+        mem: &mut impl Memory,
+        ip: u64,
+        regs: &[u64; NREGS],
+        known_path: Option<&[u64]>,
+    ) -> (Replay, Option<[u64; NREGS]>) {
         let mut cpu = Cpu::new(regs);
         let mut at = ip;
         let mut passes = 0;
@@ -236,15 +295,15 @@ impl Replayer {
         for _ in 0..MAX_STEPS {
             if let Some(known) = known_path {
                 if known.binary_search(&at).is_err() {
-                    return Replay::Leaves;
+                    return (Replay::Leaves, None);
                 }
             } else if at.abs_diff(ip) > LOOP_SPAN {
-                return Replay::Leaves;
+                return (Replay::Leaves, None);
             } else if !path.contains(&at) {
                 path.push(at);
             }
             let Some(insn) = self.decode(mem, at) else {
-                return Replay::Opaque;
+                return (Replay::Opaque, None);
             };
             // A loop's closing branch jumps back; falling through it to an
             // address past everything the loop visited leaves the loop.
@@ -255,9 +314,9 @@ impl Replayer {
                 && insn.next_ip() > ip
                 && path.iter().all(|&p| p < insn.next_ip());
             match cpu.step(&insn, mem) {
-                Some(next) if closing && next == insn.next_ip() => return Replay::Leaves,
+                Some(next) if closing && next == insn.next_ip() => return (Replay::Leaves, None),
                 Some(next) => at = next,
-                None => return Replay::Opaque,
+                None => return (Replay::Opaque, None),
             }
             if at == ip {
                 passes += 1;
@@ -270,14 +329,14 @@ impl Replayer {
                         .filter(|&i| i != 8 && i != 9 && cpu.regs[i] != first_pass[i])
                         .count();
                     if cpu.loads == 0 || moved > 1 {
-                        return Replay::Progressing;
+                        return (Replay::Progressing, None);
                     }
                     path.sort_unstable();
-                    return Replay::Waiting { path };
+                    return (Replay::Waiting { path }, Some(first_pass));
                 }
             }
         }
-        Replay::Opaque
+        (Replay::Opaque, None)
     }
 
     fn decode(&mut self, mem: &mut impl Memory, ip: u64) -> Option<Instruction> {
