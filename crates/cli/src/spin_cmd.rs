@@ -104,12 +104,6 @@ pub struct DetectArgs {
     #[arg(long)]
     no_entry_traps: bool,
 
-    /// Do not put hardware write breakpoints on the words stopped threads
-    /// wait on (which check their wait the moment a word is written, instead
-    /// of polling every half --watch-period)
-    #[arg(long)]
-    no_word_traps: bool,
-
     /// How often the words polled by stopped threads are checked
     #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration, allow_hyphen_values = true)]
     watch_period: Duration,
@@ -173,7 +167,6 @@ impl DetectArgs {
             watch_period_ns: self.watch_period.as_nanos() as u64,
             watched_lease_ns: self.watched_lease.as_nanos() as u64,
             entry_traps: !self.no_entry_traps,
-            word_traps: !self.no_word_traps,
         })
     }
 
@@ -516,10 +509,6 @@ fn summary_text(s: &Summary) -> String {
                 st.entry_traps_removed,
                 st.entry_stops,
                 st.entry_passes
-            );
-            out += &format!(
-                "  write traps: {} set ({} refused), {} checks prompted by a write\n",
-                st.word_traps, st.word_trap_failures, st.word_trap_wakeups
             );
             if st.stop_refused {
                 out += "  note: ptrace was refused (permissions, or already traced): spinners were demoted instead of stopped\n";

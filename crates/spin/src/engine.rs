@@ -12,7 +12,6 @@ use crate::sample::Sample;
 use crate::sched::{self, SchedAttr};
 use crate::threads;
 use crate::watchdog::Watchdog;
-use crate::word_traps::WordTraps;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 
@@ -62,10 +61,6 @@ pub struct Config {
     /// that the next time it enters that loop it is stopped before it spins
     /// instead of after a sampling period (see `EntryTrap`).
     pub entry_traps: bool,
-    /// Put hardware write breakpoints on the words stopped threads wait on
-    /// (see `word_traps`): their wait is checked the moment one is written,
-    /// rather than polled every half watch period.
-    pub word_traps: bool,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -88,7 +83,6 @@ impl Default for Config {
             watch_period_ns: 20_000,
             watched_lease_ns: 20_000_000,
             entry_traps: true,
-            word_traps: true,
             record_samples: false,
         }
     }
@@ -139,15 +133,11 @@ pub struct Stats {
     pub entry_stops: u64,
     /// Entry trap hits where the wait was already over (the thread went on).
     pub entry_passes: u64,
+    /// Entry-trap stops that lasted less than 100 µs (not worth a stop).
+    pub entry_stops_short: u64,
     /// Entry traps removed: the machine was no longer oversubscribed, the
     /// loop mostly passed straight through, or its replay changed verdict.
     pub entry_traps_removed: u64,
-    /// Write traps set (one per thread per watched word).
-    pub word_traps: u64,
-    /// Write traps the kernel refused (that word is polled instead).
-    pub word_trap_failures: u64,
-    /// Checks of the watched words prompted by a write trap.
-    pub word_trap_wakeups: u64,
     /// Time threads spent demoted or stopped, summed over all holds (ns).
     pub held_ns: u64,
     /// Switches between the sampling period and the idle period.
@@ -177,6 +167,9 @@ struct Demotion {
     hold: Hold,
     /// The sampled state and waiting path of a loop that replays.
     watch: Option<Watch>,
+    /// Stopped by its entry trap (the trap is judged by how long such
+    /// holds last).
+    by_trap: bool,
 }
 
 /// How a spinner is kept off its vCPU.
@@ -191,6 +184,8 @@ struct Watch {
     ip: u64,
     regs: [u64; crate::sample::NREGS],
     path: Vec<u64>,
+    /// Where an entry trap on this loop goes.
+    trap_at: u64,
     /// The words the loop read, with the values it kept waiting on: while
     /// none changes, the replay's answer cannot change either.
     words: Vec<Word>,
@@ -216,17 +211,28 @@ impl Demotion {
 /// per hit, so one that keeps firing without leading to a stop is removed.
 struct EntryTrap {
     ip: u64,
+    /// Stops that ended sooner than `ENTRY_MIN_HOLD_NS` (not worth a stop).
+    short: u64,
+    /// The loop's waiting path (sorted), as learnt when the trap was set.
+    path: Vec<u64>,
     sampler: ThreadSampler,
     stops: u64,
     passes: u64,
 }
 
 impl EntryTrap {
-    /// Removed once hits that pass straight through clearly outnumber stops.
+    /// Removed once hits that passed straight through or stopped the
+    /// thread only briefly clearly outnumber worthwhile stops.
     fn wasted(&self) -> bool {
-        self.passes > 8 + 2 * self.stops
+        let waste = self.passes + self.short;
+        waste > 8 + 2 * self.stops.saturating_sub(self.short)
     }
 }
+
+/// A stop by an entry trap that ends sooner than this did not pay for
+/// itself: the stop, the resume and the two wake-ups it takes cost tens of
+/// microseconds of the detector's and the thread's time.
+const ENTRY_MIN_HOLD_NS: u64 = 100_000;
 
 /// Loops whose entry trap was removed for passing too often, per thread.
 const UNTRAPPED_MEMORY: usize = 8;
@@ -268,7 +274,8 @@ pub struct Engine {
     freezer: Option<Freezer>,
     /// The freezer's descriptor was readable at the last wait.
     tracee_events: bool,
-    word_traps: WordTraps,
+    /// Readable when a waking sampler or trap recorded something.
+    wake_fd: libc::c_int,
     /// Loop addresses whose replay showed computation, not a wait (see
     /// `same_wait`).
     not_waits: HashSet<u64>,
@@ -330,9 +337,6 @@ fn runnable_tasks(loadavg: &str) -> Option<usize> {
         .ok()
 }
 
-/// How often words that all have write traps are still read (for writes a
-/// breakpoint misses: the kernel's, another process's).
-const FALLBACK_WATCH_NS: u64 = 200_000;
 /// Addresses remembered as not waits before the set is cleared.
 const NOT_WAITS_LIMIT: usize = 4096;
 /// How often the thread list is re-read (threads created later).
@@ -352,6 +356,7 @@ impl Engine {
             "descheduling needs a watchdog"
         );
         raise_fd_limit();
+        let wake_fd = wake_signalfd().map_err(OpenError::Other)?;
         let pause = PauseSites::open(pid);
         let mut engine = Engine {
             pid,
@@ -375,7 +380,7 @@ impl Engine {
             freezer: None,
             tracee_events: false,
             not_waits: HashSet::new(),
-            word_traps: WordTraps::default(),
+            wake_fd,
             relaxed: false,
             last_over_ns: now_ns(),
         };
@@ -572,19 +577,13 @@ impl Engine {
             }
         }
         self.pollfds.clear();
-        let suspects = self.threads.values().filter(|t| t.suspect_since.is_some());
-        let traps = self.threads.values().filter_map(|t| t.entry.as_ref());
-        self.pollfds.extend(
-            suspects
-                .map(|t| t.sampler.fd())
-                .chain(traps.map(|e| e.sampler.fd()))
-                .chain(self.word_traps.fds())
-                .map(|fd| libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                }),
-        );
+        // Suspects' samplers and the traps signal each record (see
+        // `perf::WAKE_SIGNAL`): one descriptor stands for all of them.
+        self.pollfds.push(libc::pollfd {
+            fd: self.wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         if let Some(f) = &self.freezer {
             self.pollfds.push(libc::pollfd {
                 fd: f.fd(),
@@ -608,6 +607,9 @@ impl Engine {
         // The freezer's descriptor is the last one: tracee events to handle.
         if self.freezer.is_some() {
             self.tracee_events |= self.pollfds.last().is_some_and(|p| p.revents != 0);
+        }
+        if self.pollfds[0].revents != 0 {
+            drain_signalfd(self.wake_fd);
         }
     }
 
@@ -737,12 +739,13 @@ impl Engine {
                 }
                 return;
             }
-            Some(Replay::Waiting { path }) => self.threads.get(&tid).and_then(|t| {
+            Some(Replay::Waiting { path, trap_at }) => self.threads.get(&tid).and_then(|t| {
                 let s = t.last_sample?;
                 Some(Watch {
                     ip: s.ip,
                     regs: s.regs,
                     path,
+                    trap_at,
                     words: words.unwrap_or_default(),
                 })
             }),
@@ -815,7 +818,12 @@ impl Engine {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
-        let Some(ip) = t.demotion.as_ref().and_then(|d| d.watch.as_ref()).map(|w| w.ip) else {
+        let Some((ip, path)) = t
+            .demotion
+            .as_ref()
+            .and_then(|d| d.watch.as_ref())
+            .map(|w| (w.trap_at, w.path.clone()))
+        else {
             return;
         };
         if t.entry_refused || t.entry.as_ref().is_some_and(|e| e.ip == ip) || t.untrapped.contains(&ip)
@@ -828,6 +836,8 @@ impl Engine {
                 self.stats.entry_traps += 1;
                 t.entry = Some(EntryTrap {
                     ip,
+                    short: 0,
+                    path,
                     sampler,
                     stops: 0,
                     passes: 0,
@@ -874,17 +884,27 @@ impl Engine {
             return;
         }
         t.last_sample = Some(s);
-        match self.replay_newest(tid) {
-            Some((Replay::Waiting { path }, words)) => {
+        // Replayed along the path learnt when the trap was set: from the
+        // loop's head, a branch inside the loop can look like its exit.
+        let Some(path) = t.entry.as_ref().map(|e| e.path.clone()) else {
+            return;
+        };
+        match self.replay_newest_along(tid, Some(&path)) {
+            Some((Replay::Waiting { .. }, words)) => {
                 let watch = Watch {
                     ip: s.ip,
                     regs: s.regs,
                     path,
+                    trap_at: s.ip,
                     words,
                 };
                 if self.stop_and_hold(tid, now_ns(), watch).is_ok() {
                     self.stats.entry_stops += 1;
-                    if let Some(e) = self.threads.get_mut(&tid).and_then(|t| t.entry.as_mut()) {
+                    let t = self.threads.get_mut(&tid).expect("listed");
+                    if let Some(d) = &mut t.demotion {
+                        d.by_trap = true;
+                    }
+                    if let Some(e) = &mut t.entry {
                         e.stops += 1;
                     }
                 } else {
@@ -928,6 +948,7 @@ impl Engine {
                 since_ns: now_ns,
                 hold,
                 watch,
+                by_trap: false,
             });
         }
     }
@@ -995,61 +1016,30 @@ impl Engine {
     /// Replays `tid`'s loop from its newest sample, and says which words it
     /// read (None: replay is off or memory is unreadable).
     fn replay_newest(&mut self, tid: i32) -> Option<(Replay, Vec<Word>)> {
+        self.replay_newest_along(tid, None)
+    }
+
+    /// The same, along a waiting path learnt before (None: learn it).
+    fn replay_newest_along(
+        &mut self,
+        tid: i32,
+        known_path: Option<&[u64]>,
+    ) -> Option<(Replay, Vec<Word>)> {
         if !self.cfg.replay {
             return None;
         }
         let s = self.threads.get(&tid)?.last_sample?;
         let mut mem = Snapshot::new(self.memory.as_mut()?);
-        let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, None);
+        let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, known_path);
         Some((replay, mem.take_touched()))
     }
 
-    /// Checks the words stopped threads wait on when one was written (a
-    /// write trap fired), when a trap was just set (a write may have come
-    /// first), and every half watch period otherwise; words that all have
-    /// traps are only polled at the fallback period.
+    /// Checks the words stopped threads wait on every watch period.
     fn watch_words(&mut self, now_ns: u64) {
-        let written = self.word_traps.take_hits();
-        self.stats.word_trap_wakeups += written as u64;
-        let wanted = self.wanted_words();
-        let mut added = false;
-        if self.cfg.word_traps {
-            let tids: Vec<i32> = self.threads.keys().copied().collect();
-            added = self.word_traps.sync(&wanted, &tids, now_ns);
-            self.stats.word_traps = self.word_traps.opened;
-            self.stats.word_trap_failures = self.word_traps.failures;
-        }
-        if written || added || now_ns >= self.next_watch_ns {
-            let covered = !wanted.is_empty()
-                && wanted
-                    .iter()
-                    .all(|&(addr, len, _)| self.word_traps.covers(addr, len));
-            let period = if covered {
-                FALLBACK_WATCH_NS
-            } else {
-                self.cfg.watch_period_ns / 2
-            };
-            self.next_watch_ns = now_ns + period;
+        if now_ns >= self.next_watch_ns {
+            self.next_watch_ns = now_ns + self.cfg.watch_period_ns;
             self.check_watched();
         }
-    }
-
-    /// The words stopped or demoted threads wait on: (address, length,
-    /// how many threads wait on it).
-    fn wanted_words(&self) -> Vec<(u64, usize, usize)> {
-        let mut wanted: Vec<(u64, usize, usize)> = vec![];
-        let words = self
-            .threads
-            .values()
-            .filter_map(|t| t.demotion.as_ref()?.watch.as_ref())
-            .flat_map(|w| w.words.iter());
-        for w in words {
-            match wanted.iter_mut().find(|(a, l, _)| *a == w.addr && *l == w.len) {
-                Some(entry) => entry.2 += 1,
-                None => wanted.push((w.addr, w.len, 1)),
-            }
-        }
-        wanted
     }
 
     /// Checks every watched thread's wait: reads all the words they poll
@@ -1139,6 +1129,15 @@ impl Engine {
         let Some(d) = t.demotion.take() else { return };
         let held_ns = now_ns().saturating_sub(d.since_ns);
         self.stats.held_ns += held_ns;
+        if d.by_trap && held_ns < ENTRY_MIN_HOLD_NS {
+            self.stats.entry_stops_short += 1;
+            if let Some(e) = &mut t.entry {
+                e.short += 1;
+                if e.wasted() {
+                    self.remove_entry_trap(tid, true);
+                }
+            }
+        }
         match d.hold {
             Hold::Stopped => {
                 self.load.held -= 1;
@@ -1223,12 +1222,16 @@ impl Engine {
             self.restore(tid);
         }
         self.threads.clear();
-        self.word_traps.clear();
         if let Some(mut f) = self.freezer.take() {
             f.release_all();
         }
         if let Some(w) = self.watchdog.take() {
             w.close();
+        }
+        if self.wake_fd >= 0 {
+            // SAFETY: closing our own descriptor, once.
+            unsafe { libc::close(self.wake_fd) };
+            self.wake_fd = -1;
         }
     }
 }
@@ -1249,6 +1252,30 @@ pub struct Report {
 
 fn threads_alive(pid: i32, tid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// Blocks `perf::WAKE_SIGNAL` in the calling thread (it stays blocked: a
+/// late signal from a closing descriptor must not end the process) and
+/// returns a signalfd for it.
+fn wake_signalfd() -> std::io::Result<libc::c_int> {
+    // SAFETY: plain signal-mask and signalfd calls on local sets.
+    let fd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, crate::perf::WAKE_SIGNAL);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+fn drain_signalfd(fd: libc::c_int) {
+    let mut buf = [0u8; 128 * 16];
+    // SAFETY: reading signalfd records into a local buffer.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// One descriptor per thread: lift the soft limit to the hard one.

@@ -17,7 +17,6 @@ pub mod sample;
 pub mod sched;
 pub mod threads;
 pub mod watchdog;
-pub mod word_traps;
 
 pub use detector::{DetectorParams, ThreadDetector, Transition};
 pub use engine::{Action, Config, Engine, Report, Stats};

@@ -209,7 +209,11 @@ impl ProcessMemory {
 pub enum Replay {
     /// Two passes through the start address without leaving `path` (sorted
     /// instruction addresses): the thread would still be waiting.
-    Waiting { path: Vec<u64> },
+    Waiting {
+        path: Vec<u64>,
+        /// Where to catch the thread entering this wait (see [`trap_site`]).
+        trap_at: u64,
+    },
     /// The replay reached an address outside the known waiting path (or,
     /// without one, went further from the start than any wait loop spans):
     /// the thread's wait is over.
@@ -292,6 +296,8 @@ impl Replayer {
         let mut passes = 0;
         let mut first_pass = [0u64; NREGS];
         let mut path: Vec<u64> = Vec::with_capacity(32);
+        // Conditional branches of the first pass, with the way not taken.
+        let mut branches: Vec<(u64, u64)> = Vec::new();
         for _ in 0..MAX_STEPS {
             if let Some(known) = known_path {
                 if known.binary_search(&at).is_err() {
@@ -313,10 +319,19 @@ impl Replayer {
                 && insn.near_branch_target() <= at
                 && insn.next_ip() > ip
                 && path.iter().all(|&p| p < insn.next_ip());
+            let from = at;
             match cpu.step(&insn, mem) {
                 Some(next) if closing && next == insn.next_ip() => return (Replay::Leaves, None),
                 Some(next) => at = next,
                 None => return (Replay::Opaque, None),
+            }
+            if passes == 0 && is_jcc(insn.mnemonic()) {
+                let other = if at == insn.next_ip() {
+                    insn.near_branch_target()
+                } else {
+                    insn.next_ip()
+                };
+                branches.push((from, other));
             }
             if at == ip {
                 passes += 1;
@@ -331,8 +346,9 @@ impl Replayer {
                     if cpu.loads == 0 || moved > 1 {
                         return (Replay::Progressing, None);
                     }
+                    let trap_at = trap_site(&path, &branches);
                     path.sort_unstable();
-                    return (Replay::Waiting { path }, Some(first_pass));
+                    return (Replay::Waiting { path, trap_at }, Some(first_pass));
                 }
             }
         }
@@ -411,6 +427,36 @@ impl Flags {
         self.sf = r >> (bits - 1) & 1 != 0;
         self.pf = (r as u8).count_ones() % 2 == 0;
     }
+}
+
+/// Where a breakpoint catches a thread entering a wait loop but not one
+/// leaving it: the instruction a waiting iteration runs right after the
+/// loop's exit branch. A thread entering the wait passes it in its first
+/// iteration; a thread resumed inside the loop reaches the exit branch, and
+/// leaves, before it (unless it stopped exactly there). `order` is one
+/// iteration's addresses in the order run; `branches` its conditional
+/// branches with the way not taken. The exit branch is one whose other way
+/// leaves the loop, preferably beyond its address range (a branch to another
+/// part of the loop, e.g. a wider division, also leaves the iteration's
+/// addresses but not the loop).
+fn trap_site(order: &[u64], branches: &[(u64, u64)]) -> u64 {
+    if order.is_empty() {
+        return 0; // a replay along a known path: its trap site is known too
+    }
+    let (lo, hi) = (
+        order.iter().copied().min().unwrap_or(0),
+        order.iter().copied().max().unwrap_or(0),
+    );
+    let exits = branches.iter().filter(|(_, other)| !order.contains(other));
+    let exit = exits
+        .clone()
+        .find(|&&(_, other)| other < lo || other > hi)
+        .or_else(|| exits.clone().next());
+    let Some(&(branch, _)) = exit else {
+        return order.first().copied().unwrap_or(0);
+    };
+    let i = order.iter().position(|&a| a == branch).unwrap_or(0);
+    order[(i + 1) % order.len()]
 }
 
 fn mask(bits: u32) -> u64 {
@@ -927,7 +973,7 @@ mod tests {
         regs: &[u64; NREGS],
     ) -> Vec<u64> {
         match r.replay(m, ip, regs, None) {
-            Replay::Waiting { path } => path,
+            Replay::Waiting { path, .. } => path,
             other => panic!("expected the loop at {ip:#x} to be waiting, got {other:?}"),
         }
     }
@@ -1101,7 +1147,7 @@ mod tests {
         let mut r = Replayer::new();
         let regs = regs(&GATE as *const AtomicU32 as u64, 0, 0, 0);
         let found = (0..24).find_map(|off| match r.replay(&mut mem, f + off, &regs, None) {
-            Replay::Waiting { path } => Some((f + off, path)),
+            Replay::Waiting { path, .. } => Some((f + off, path)),
             _ => None,
         });
         let (ip, path) = found.expect("the wait loop replays as waiting while the gate is closed");
