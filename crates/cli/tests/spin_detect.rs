@@ -186,7 +186,8 @@ fn ring_summary(extra: &[&str]) -> serde_json::Value {
 }
 
 /// Replayable waits are stopped and resumed when the replay shows their wait
-/// over, not when a lease runs out; `--no-stop` demotes instead.
+/// over, not when a lease runs out; entry traps stop threads re-entering
+/// their loop; `--no-entry-traps` and `--no-stop` turn those off.
 #[test]
 fn replayable_waits_are_stopped_and_resumed_when_released() {
     let _guard = serial();
@@ -196,6 +197,19 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
     assert_eq!(n("stops"), n("watched_demotions"), "{s}");
     assert!(n("restored_on_release") * 10 >= n("stops") * 9, "{s}");
     assert!(n("restored_on_lease") * 10 < n("stops"), "{s}");
+    // Each stage comes back to the same loop: once trapped, it is stopped
+    // as it re-enters, not after it spun until a sample caught it. (A VM
+    // without debug registers refuses the traps; the summary says so.)
+    if n("entry_trap_failures") == 0 {
+        assert!(n("entry_traps") > 0, "{s}");
+        assert!(n("entry_stops") * 2 > n("stops"), "{s}");
+        assert!(n("entry_passes") * 10 < n("entry_stops"), "{s}");
+    }
+
+    let s = ring_summary(&["--no-entry-traps"]);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
+    assert!(n("stops") > 100, "{s}");
+    assert_eq!(n("entry_traps") + n("entry_stops"), 0, "{s}");
 
     let s = ring_summary(&["--no-stop"]);
     let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));

@@ -688,8 +688,8 @@ impl Engine {
         }
         if !t.detector.spinning() {
             if t.demotion.is_none()
-                && previous.is_some_and(|p| self.same_wait(&p, s))
                 && self.load.oversubscribed(s.time_ns)
+                && previous.is_some_and(|p| self.same_wait(&p, s))
             {
                 self.stats.replay_detections += 1;
                 self.demote(tid, s.time_ns);
@@ -809,8 +809,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Sets an entry trap on the loop `tid` was just stopped in (replacing
-    /// one on another loop), unless that loop passed through too often.
+    /// Sets an entry trap on the loop `tid` was just stopped in, unless it
+    /// has one or that loop passed through too often.
     fn arm_entry_trap(&mut self, tid: i32) {
         if !self.cfg.entry_traps {
             return;
@@ -826,11 +826,12 @@ impl Engine {
         else {
             return;
         };
-        if t.entry_refused || t.entry.as_ref().is_some_and(|e| e.ip == ip) || t.untrapped.contains(&ip)
-        {
+        // One trap per thread, kept until it proves wasted: a thread that
+        // waits in several loops (libgomp's barriers) would otherwise have
+        // its trap moved, at a perf_event_open each, at every other stop.
+        if t.entry_refused || t.entry.is_some() || t.untrapped.contains(&ip) {
             return;
         }
-        t.entry = None; // frees its debug register first
         match ThreadSampler::open_entry_trap(tid, ip) {
             Ok(sampler) => {
                 self.stats.entry_traps += 1;
@@ -999,7 +1000,10 @@ impl Engine {
             return false;
         };
         let mut mem = Snapshot::new(memory);
-        match self.replayer.same_wait(&mut mem, s.ip, &previous.regs, &s.regs) {
+        match self
+            .replayer
+            .same_wait(&mut mem, s.ip, &previous.regs, &s.regs)
+        {
             Some(same) => {
                 if !same {
                     if self.not_waits.len() >= NOT_WAITS_LIMIT {

@@ -436,9 +436,9 @@ impl Flags {
 /// leaves, before it (unless it stopped exactly there). `order` is one
 /// iteration's addresses in the order run; `branches` its conditional
 /// branches with the way not taken. The exit branch is one whose other way
-/// leaves the loop, preferably beyond its address range (a branch to another
-/// part of the loop, e.g. a wider division, also leaves the iteration's
-/// addresses but not the loop).
+/// leaves the loop, preferably past its end, then before its start (a branch
+/// to another part of the loop, e.g. a wider division, also leaves the
+/// iteration's addresses but not the loop).
 fn trap_site(order: &[u64], branches: &[(u64, u64)]) -> u64 {
     if order.is_empty() {
         return 0; // a replay along a known path: its trap site is known too
@@ -447,10 +447,14 @@ fn trap_site(order: &[u64], branches: &[(u64, u64)]) -> u64 {
         order.iter().copied().min().unwrap_or(0),
         order.iter().copied().max().unwrap_or(0),
     );
+    // Loops are usually left forwards (falling through the closing branch,
+    // or jumping past the loop's end); an inner branch to an out-of-line
+    // part of the loop tends to go back.
     let exits = branches.iter().filter(|(_, other)| !order.contains(other));
     let exit = exits
         .clone()
-        .find(|&&(_, other)| other < lo || other > hi)
+        .find(|&&(_, other)| other > hi)
+        .or_else(|| exits.clone().find(|&&(_, other)| other < lo))
         .or_else(|| exits.clone().next());
     let Some(&(branch, _)) = exit else {
         return order.first().copied().unwrap_or(0);
@@ -1000,6 +1004,34 @@ mod tests {
 
     #[test]
     fn ring_loop_with_an_inner_backward_branch() {
+        let (mut m, regs, turn) = ring_fixture();
+        let mut r = Replayer::new();
+        // Sampled on the compare; the inner backward branch (not taken while
+        // the numbers are small) must not read as leaving the loop.
+        let path = waiting_path(&mut r, &mut m, CODE + 0x29, &regs);
+        m.words.insert(turn, 24);
+        assert!(matches!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            Replay::Waiting { .. }
+        ));
+        m.words.insert(turn, 27); // 27 % 8 == 3: thread 3's turn
+        assert_eq!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            Replay::Leaves
+        );
+        assert_eq!(r.replay(&mut m, CODE + 0x29, &regs, None), Replay::Leaves);
+        // A turn past 2^32 takes the 64-bit path, which the waiting path
+        // learnt with small numbers does not contain: resumed, to be safe.
+        m.words.insert(turn, (1 << 33) + 4);
+        assert_eq!(
+            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            Replay::Leaves
+        );
+    }
+
+    /// rustc's ring loop waiting as thread 3 of 8, the turn counter at 17;
+    /// returns the memory, the registers and the turn counter's address.
+    fn ring_fixture() -> (Words, [u64; NREGS], u64) {
         // The shape rustc gives `while turn.load() % n != me`: a 32-bit
         // division normally, a backward branch to a 64-bit one when the
         // operands need it (assembled with GNU as):
@@ -1015,35 +1047,77 @@ mod tests {
             0x3b, 0x56, 0x18, 0x75, 0xdf, 0x90,
         ];
         let (state, holder) = (0x9000u64, 0xa000u64);
-        let mut m = Words {
+        let m = Words {
             code: &RING,
             words: [(state, holder), (state + 0x18, 3), (holder + 0x10, 17)].into(),
         };
         let mut regs = [0u64; NREGS];
         regs[16] = state; // r14
         regs[14] = 8; // r12: n
+        (m, regs, holder + 0x10)
+    }
+
+    #[test]
+    fn entry_trap_site_follows_the_exit_branch() {
+        let (mut m, sampled, turn) = ring_fixture();
         let mut r = Replayer::new();
-        // Sampled on the compare; the inner backward branch (not taken while
-        // the numbers are small) must not read as leaving the loop.
-        let path = waiting_path(&mut r, &mut m, CODE + 0x29, &regs);
-        m.words.insert(holder + 0x10, 24);
+        // Learnt from a sample on the compare: the trap goes on `top`, the
+        // first instruction after `jne top` (the exit branch), not after the
+        // inner branch to the 64-bit division.
+        let Replay::Waiting { path, trap_at } = r.replay(&mut m, CODE + 0x29, &sampled, None)
+        else {
+            panic!("the ring loop waits");
+        };
+        assert_eq!(trap_at, CODE + 0x0e);
+        // A thread caught there (turn register stale) replays along the
+        // learnt path: waiting while it is not its turn, leaving once it is.
+        let mut at_trap = sampled;
+        at_trap[17] = 11; // r15: an old turn
         assert!(matches!(
-            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            r.replay(&mut m, trap_at, &at_trap, Some(&path)),
             Replay::Waiting { .. }
         ));
-        m.words.insert(holder + 0x10, 27); // 27 % 8 == 3: thread 3's turn
+        m.words.insert(turn, 19);
         assert_eq!(
-            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
+            r.replay(&mut m, trap_at, &at_trap, Some(&path)),
             Replay::Leaves
         );
-        assert_eq!(r.replay(&mut m, CODE + 0x29, &regs, None), Replay::Leaves);
-        // A turn past 2^32 takes the 64-bit path, which the waiting path
-        // learnt with small numbers does not contain: resumed, to be safe.
-        m.words.insert(holder + 0x10, (1 << 33) + 4);
-        assert_eq!(
-            r.replay(&mut m, CODE + 0x29, &regs, Some(&path)),
-            Replay::Leaves
-        );
+        // The plain flag loop: the trap goes back on its load.
+        let (mut r, mut m) = (Replayer::new(), loops(1));
+        let Replay::Waiting { trap_at, .. } =
+            r.replay(&mut m, CODE + 4, &regs(FLAG, 0, 0, 0), None)
+        else {
+            panic!("the flag loop waits");
+        };
+        assert_eq!(trap_at, CODE);
+    }
+
+    #[test]
+    fn same_wait_tells_a_moving_counter_from_a_chased_pointer() {
+        // Two samples of thread 3 on the ring's compare, taken at turns 17
+        // and 20: r15 (the turn) and rdx (turn % 8) differ, yet both are
+        // the same wait, since the loop reloads them before using them.
+        let (mut m, sampled, turn) = ring_fixture();
+        let mut r = Replayer::new();
+        let (mut a, mut b) = (sampled, sampled);
+        (a[17], a[3]) = (17, 1);
+        (b[17], b[3]) = (20, 4);
+        m.words.insert(turn, 18);
+        assert_eq!(r.same_wait(&mut m, CODE + 0x29, &a, &b), Some(true));
+        // Its turn came: undecided (the wait is over), not "no wait".
+        m.words.insert(turn, 19);
+        assert_eq!(r.same_wait(&mut m, CODE + 0x29, &a, &b), None);
+
+        // top: mov rdi,[rdi]; test rdi,rdi; jne top -- a pointer chase
+        // round a cycle of three nodes. One register moves and it loads,
+        // like a wait; but from two samples the iterations end apart.
+        const CHASE: [u8; 8] = [0x48, 0x8b, 0x3f, 0x48, 0x85, 0xff, 0x75, 0xf8];
+        let mut chase = Words {
+            code: &CHASE,
+            words: [(0x8000, 0x8100), (0x8100, 0x8200), (0x8200, 0x8000)].into(),
+        };
+        let (a, b) = (regs(0x8000, 0, 0, 0), regs(0x8100, 0, 0, 0));
+        assert_eq!(r.same_wait(&mut chase, CODE, &a, &b), Some(false));
     }
 
     #[test]
