@@ -754,14 +754,12 @@ impl Engine {
         // A loop that replays can tell when its wait is over without running:
         // stop the thread outright.
         let watch = match watch {
-            Some(w) => match self.stop_and_hold(tid, now_ns, w) {
-                Ok(()) => {
-                    self.arm_entry_trap(tid);
-                    return;
-                }
-                Err(w) => Some(w),
-            },
-            None => None,
+            Some(w) if self.stop(tid) => {
+                self.hold_stopped(tid, now_ns, w);
+                self.arm_entry_trap(tid);
+                return;
+            }
+            other => other,
         };
         let Ok(original) = sched::get(tid) else {
             self.stats.sched_failures += 1;
@@ -791,22 +789,23 @@ impl Engine {
         }
     }
 
-    /// Stops `tid` on a wait loop that replays; hands the watch back if it
-    /// cannot be stopped (no freezer, ptrace refused, thread gone).
-    fn stop_and_hold(&mut self, tid: i32, now_ns: u64, watch: Watch) -> Result<(), Watch> {
+    /// Stops `tid` with ptrace; false if it cannot be stopped (no freezer,
+    /// ptrace refused, thread gone).
+    fn stop(&mut self, tid: i32) -> bool {
         let Some(f) = &mut self.freezer else {
-            return Err(watch);
+            return false;
         };
         let stopped = f.stop(tid);
         self.stats.stop_refused |= f.refused();
-        if !stopped {
-            return Err(watch);
-        }
+        stopped
+    }
+
+    /// Records the stop of a thread waiting in a loop that replays.
+    fn hold_stopped(&mut self, tid: i32, now_ns: u64, watch: Watch) {
         self.stats.demotions += 1;
         self.stats.watched_demotions += 1;
         self.stats.stops += 1;
         self.hold(tid, now_ns, Hold::Stopped, Some(watch));
-        Ok(())
     }
 
     /// Sets an entry trap on the loop `tid` was just stopped in, unless it
@@ -899,7 +898,8 @@ impl Engine {
                     trap_at: s.ip,
                     words,
                 };
-                if self.stop_and_hold(tid, now_ns(), watch).is_ok() {
+                if self.stop(tid) {
+                    self.hold_stopped(tid, now_ns(), watch);
                     self.stats.entry_stops += 1;
                     let t = self.threads.get_mut(&tid).expect("listed");
                     if let Some(d) = &mut t.demotion {
