@@ -274,8 +274,6 @@ pub struct Engine {
     freezer: Option<Freezer>,
     /// The freezer's descriptor was readable at the last wait.
     tracee_events: bool,
-    /// Readable when a waking sampler or trap recorded something.
-    wake_fd: libc::c_int,
     /// Loop addresses whose replay showed computation, not a wait (see
     /// `same_wait`).
     not_waits: HashSet<u64>,
@@ -356,7 +354,6 @@ impl Engine {
             "descheduling needs a watchdog"
         );
         raise_fd_limit();
-        let wake_fd = wake_signalfd().map_err(OpenError::Other)?;
         let pause = PauseSites::open(pid);
         let mut engine = Engine {
             pid,
@@ -380,7 +377,6 @@ impl Engine {
             freezer: None,
             tracee_events: false,
             not_waits: HashSet::new(),
-            wake_fd,
             relaxed: false,
             last_over_ns: now_ns(),
         };
@@ -577,13 +573,18 @@ impl Engine {
             }
         }
         self.pollfds.clear();
-        // Suspects' samplers and the traps signal each record (see
-        // `perf::WAKE_SIGNAL`): one descriptor stands for all of them.
-        self.pollfds.push(libc::pollfd {
-            fd: self.wake_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
+        let suspects = self.threads.values().filter(|t| t.suspect_since.is_some());
+        let traps = self.threads.values().filter_map(|t| t.entry.as_ref());
+        self.pollfds.extend(
+            suspects
+                .map(|t| t.sampler.fd())
+                .chain(traps.map(|e| e.sampler.fd()))
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+        );
         if let Some(f) = &self.freezer {
             self.pollfds.push(libc::pollfd {
                 fd: f.fd(),
@@ -607,9 +608,6 @@ impl Engine {
         // The freezer's descriptor is the last one: tracee events to handle.
         if self.freezer.is_some() {
             self.tracee_events |= self.pollfds.last().is_some_and(|p| p.revents != 0);
-        }
-        if self.pollfds[0].revents != 0 {
-            drain_signalfd(self.wake_fd);
         }
     }
 
@@ -1232,11 +1230,6 @@ impl Engine {
         if let Some(w) = self.watchdog.take() {
             w.close();
         }
-        if self.wake_fd >= 0 {
-            // SAFETY: closing our own descriptor, once.
-            unsafe { libc::close(self.wake_fd) };
-            self.wake_fd = -1;
-        }
     }
 }
 
@@ -1256,30 +1249,6 @@ pub struct Report {
 
 fn threads_alive(pid: i32, tid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
-}
-
-/// Blocks `perf::WAKE_SIGNAL` in the calling thread (it stays blocked: a
-/// late signal from a closing descriptor must not end the process) and
-/// returns a signalfd for it.
-fn wake_signalfd() -> std::io::Result<libc::c_int> {
-    // SAFETY: plain signal-mask and signalfd calls on local sets.
-    let fd = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, crate::perf::WAKE_SIGNAL);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-fn drain_signalfd(fd: libc::c_int) {
-    let mut buf = [0u8; 128 * 16];
-    // SAFETY: reading signalfd records into a local buffer.
-    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// One descriptor per thread: lift the soft limit to the hard one.

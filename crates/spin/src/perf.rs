@@ -45,44 +45,6 @@ fn sample_attr() -> sys::bindings::perf_event_attr {
     attr
 }
 
-/// The signal a waking sampler or trap sends the thread that opened it, at
-/// each record. One signalfd for this signal replaces polling every
-/// descriptor: with dozens of traps and fast samplers, ppoll's per-descriptor
-/// wait-queue work was half the detector's CPU time. The opening thread must
-/// block it (its default action ends the process).
-pub const WAKE_SIGNAL: libc::c_int = libc::SIGIO;
-
-// fcntl(2) commands the libc crate lacks for x86-64 glibc.
-const F_SETSIG: libc::c_int = 10;
-const F_SETOWN_EX: libc::c_int = 15;
-const F_OWNER_TID: libc::c_int = 0;
-
-/// Has each record on `fd` send [`WAKE_SIGNAL`] to the calling thread.
-fn signal_each_record(fd: libc::c_int) -> io::Result<()> {
-    #[repr(C)]
-    struct OwnerEx {
-        kind: libc::c_int,
-        pid: libc::pid_t,
-    }
-    // SAFETY: gettid has no arguments; fcntl with a valid descriptor and, for
-    // F_SETOWN_EX, a pointer to a struct f_owner_ex.
-    unsafe {
-        let owner = OwnerEx {
-            kind: F_OWNER_TID,
-            pid: libc::gettid(),
-        };
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if libc::fcntl(fd, F_SETOWN_EX, &owner as *const OwnerEx) != 0
-            || libc::fcntl(fd, F_SETSIG, WAKE_SIGNAL) != 0
-            || flags < 0
-            || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Why a thread could not be sampled.
 #[derive(Debug)]
 pub enum OpenError {
@@ -129,8 +91,8 @@ unsafe impl Send for ThreadSampler {}
 
 impl ThreadSampler {
     /// Starts sampling `tid` every `period_ns` of its user-mode CPU time.
-    /// With `wake_each`, every sample sends the calling thread
-    /// [`WAKE_SIGNAL`]; otherwise it is read when the reader next looks.
+    /// With `wake_each`, every sample makes the descriptor readable (for
+    /// poll); otherwise only a half-full buffer does, which costs nothing.
     pub fn open(tid: i32, period_ns: u64, wake_each: bool) -> Result<ThreadSampler, OpenError> {
         let mut attr = sample_attr();
         attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
@@ -139,7 +101,7 @@ impl ThreadSampler {
         if wake_each {
             attr.__bindgen_anon_2.wakeup_events = 1;
         }
-        Self::open_attr(tid, &mut attr, DATA_PAGES, wake_each)
+        Self::open_attr(tid, &mut attr, DATA_PAGES)
     }
 
     /// Samples `tid` each time it executes the instruction at `ip` (a
@@ -155,14 +117,13 @@ impl ThreadSampler {
         attr.__bindgen_anon_4.bp_len = std::mem::size_of::<libc::c_long>() as u64;
         attr.__bindgen_anon_1.sample_period = 1;
         attr.__bindgen_anon_2.wakeup_events = 1;
-        Self::open_attr(tid, &mut attr, ENTRY_TRAP_PAGES, true)
+        Self::open_attr(tid, &mut attr, ENTRY_TRAP_PAGES)
     }
 
     fn open_attr(
         tid: i32,
         attr: &mut sys::bindings::perf_event_attr,
         data_pages: usize,
-        signal: bool,
     ) -> Result<ThreadSampler, OpenError> {
         // SAFETY: attr is fully initialised; pid = tid, any CPU, no group.
         let fd = unsafe {
@@ -195,16 +156,6 @@ impl ThreadSampler {
             // SAFETY: closing the fd we own.
             unsafe { libc::close(fd) };
             return Err(OpenError::Other(e));
-        }
-        if signal {
-            if let Err(e) = signal_each_record(fd) {
-                // SAFETY: undoing the mapping and closing the fd we own.
-                unsafe {
-                    libc::munmap(base, map_len);
-                    libc::close(fd);
-                }
-                return Err(OpenError::Other(e));
-            }
         }
         Ok(ThreadSampler {
             tid,
