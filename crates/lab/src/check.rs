@@ -60,8 +60,9 @@ fn initial_report<'a>(layout: &Layout, reports: &'a [ProbeReport]) -> &'a ProbeR
 }
 
 /// The layout's truth for placement `phase`, with shares (and capacity) from
-/// the host's accounting over `shares_span` and episode means from its
-/// throttling statistics over `episodes_span` where available.
+/// the host's accounting over `shares_span` and episode means from the
+/// vCPU threads' run-time timeline (else the throttling statistics) over
+/// `episodes_span` where available.
 fn measured_truth(
     layout: &Layout,
     phase: usize,
@@ -74,7 +75,12 @@ fn measured_truth(
     if let Some(shares) = truth::host_shares(&ran.host_samples, shares_span.0, shares_span.1) {
         t = t.with_measured_shares(shares, ratio);
     }
-    if let Some(means) =
+    // The timeline, where there is one, saw every way a vCPU was off; the
+    // throttling statistics only the bandwidth limit.
+    let off = truth::off_episode_means_us(&ran.timeline, episodes_span.0, episodes_span.1);
+    if off.iter().any(Option::is_some) {
+        t = t.with_measured_episodes(off);
+    } else if let Some(means) =
         truth::throttle_means_us(&ran.host_samples, episodes_span.0, episodes_span.1)
     {
         t = t.with_measured_episodes(means);
@@ -118,12 +124,13 @@ pub fn check(
     // EMA has followed.
     let heavy_s = first.settings.heavy_ms / 1e3;
     let light_s = first.settings.light_ms / 1e3;
+    // Episodes are timed over the same light window the probe timed them in.
     let (shares_span, episodes_span) = match layout.phases.first() {
         Some(p) => ((0.0, p.at_s - 1.5), (0.0, p.at_s)),
-        None => (
-            (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end)),
-            (0.0, end),
-        ),
+        None => {
+            let light = (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end));
+            (light, light)
+        }
     };
     let initial = measured_truth(layout, 0, &ran, shares_span, episodes_span, ratio);
     scored.push(Scored {

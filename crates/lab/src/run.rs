@@ -54,6 +54,10 @@ pub struct RunResult {
     pub phases_applied_s: Vec<f64>,
     /// Host-side accounting of the vCPU threads, sampled about every 100 ms.
     pub host_samples: Vec<HostSample>,
+    /// The vCPU threads' run time about every millisecond while commands
+    /// ran: when each vCPU was really off its host CPU (see `truth`).
+    #[serde(skip)]
+    pub timeline: Vec<TimelineSample>,
     /// Seconds (since the first command began) at which each command ended.
     pub command_ends_s: Vec<f64>,
     /// Everything the guest printed on its console.
@@ -69,6 +73,40 @@ pub struct HostSample {
     pub cpu_ns: Vec<u64>,
     /// Per vCPU with a bandwidth cgroup: (times throttled, ns throttled).
     pub throttled: Vec<Option<(u64, u64)>>,
+}
+
+/// The vCPU threads' cumulative run time at one moment of the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineSample {
+    /// Seconds since the first command began.
+    pub at_s: f64,
+    /// Cumulative run time of each vCPU thread (ns).
+    pub cpu_ns: Vec<u64>,
+}
+
+/// How often the timeline samples the vCPU threads: fine enough to time
+/// episodes of a few milliseconds to within a fraction of one.
+const TIMELINE_EVERY: Duration = Duration::from_millis(1);
+
+/// Samples the vCPU threads' run time every [`TIMELINE_EVERY`] until
+/// `stop`, from `t0` on.
+fn sample_timeline(
+    pid: u32,
+    tids: Vec<i32>,
+    t0: Instant,
+    stop: std::sync::Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<TimelineSample>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            out.push(TimelineSample {
+                at_s: t0.elapsed().as_secs_f64(),
+                cpu_ns: tids.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+            });
+            std::thread::sleep(TIMELINE_EVERY);
+        }
+        out
+    })
 }
 
 /// Cumulative run time of a host thread (first field of its schedstat).
@@ -329,6 +367,16 @@ fn boot_and_run(
     let mut phases_applied_s = Vec::new();
     let pid = guest.child.id();
     let mut host_samples: Vec<HostSample> = Vec::new();
+    let timeline_stop = std::sync::Arc::new(AtomicBool::new(false));
+    let mut timeline = None;
+    // Stops the sampler on every way out of the loop below.
+    struct StopOnDrop(std::sync::Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _stop_timeline = StopOnDrop(timeline_stop.clone());
     let sample = |guest: &Guest, at_s: f64| HostSample {
         at_s,
         cpu_ns: threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
@@ -415,6 +463,12 @@ fn boot_and_run(
                     .unwrap_or(results.len());
                 if first_command.is_none() {
                     first_command = Some(Instant::now());
+                    timeline = Some(sample_timeline(
+                        pid,
+                        threads.clone(),
+                        Instant::now(),
+                        timeline_stop.clone(),
+                    ));
                     last_sample = Instant::now();
                     host_samples.push(sample(&guest, 0.0));
                 }
@@ -440,6 +494,10 @@ fn boot_and_run(
         }
     }
     let _ = guest.child.wait();
+    timeline_stop.store(true, Ordering::Relaxed);
+    let timeline = timeline
+        .map(|h| h.join().unwrap_or_default())
+        .unwrap_or_default();
     Ok(RunResult {
         layout: layout.name().to_string(),
         accel: accel_arg,
@@ -447,6 +505,7 @@ fn boot_and_run(
         commands: results,
         phases_applied_s,
         host_samples,
+        timeline,
         command_ends_s,
         console: console.join("\n"),
     })

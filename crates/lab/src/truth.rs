@@ -7,7 +7,7 @@
 //! remains equally (CFS fairness).
 
 use crate::layout::VcpuState;
-use crate::run::HostSample;
+use crate::run::{HostSample, TimelineSample};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vsched_model::report::ProbeReport;
@@ -135,9 +135,61 @@ pub fn throttle_means_us(
     )
 }
 
+/// Mean length of each vCPU's off-CPU episodes between `from_s` and `to_s`,
+/// from the run-time timeline: the inactive episodes as the guest really
+/// had them. Throttling is only part of it: under emulation a vCPU thread
+/// also waits for QEMU's global lock, or behind other host threads, and a
+/// window it misses joins two throttlings into one episode the guest rightly
+/// sees. None for a vCPU with no complete episode in the span.
+///
+/// An interval between two samples is off when the thread ran for less than
+/// half of it; an episode is a run of off intervals, plus the idle part of
+/// the partly-on intervals on either side (where it began and ended).
+/// Episodes cut by the span's ends are left out.
+pub fn off_episode_means_us(
+    timeline: &[TimelineSample],
+    from_s: f64,
+    to_s: f64,
+) -> Vec<Option<f64>> {
+    let inside: Vec<&TimelineSample> = timeline
+        .iter()
+        .filter(|s| s.at_s >= from_s && s.at_s <= to_s)
+        .collect();
+    let vcpus = inside.first().map_or(0, |s| s.cpu_ns.len());
+    (0..vcpus)
+        .map(|v| {
+            let mut episodes: Vec<f64> = Vec::new();
+            // Off time of the episode under way (None: the vCPU is running).
+            let mut open: Option<f64> = None;
+            // The previous interval's idle part, if it was partly on.
+            let mut before = 0.0;
+            // An episode under way when the span began is cut: not counted.
+            let mut cut = true;
+            for w in inside.windows(2) {
+                let dt = (w[1].at_s - w[0].at_s) * 1e9;
+                let ran = (w[1].cpu_ns[v].saturating_sub(w[0].cpu_ns[v]) as f64).min(dt);
+                let idle = dt - ran;
+                if ran < dt / 2.0 {
+                    *open.get_or_insert(before) += idle;
+                } else {
+                    if let Some(off) = open.take() {
+                        if !cut {
+                            episodes.push(off + idle);
+                        }
+                    }
+                    cut = false;
+                    before = idle;
+                }
+            }
+            (!episodes.is_empty())
+                .then(|| episodes.iter().sum::<f64>() / episodes.len() as f64 / 1e3)
+        })
+        .collect()
+}
+
 impl Truth {
     /// Replaces the ideal episode means (period - quota) of capped vCPUs with
-    /// the throttling the host measured, where it has it.
+    /// what the host measured, where it has it.
     pub fn with_measured_episodes(mut self, means_us: Vec<Option<f64>>) -> Truth {
         for (truth, measured) in self.episode_mean_us.iter_mut().zip(means_us) {
             if truth.is_some() && measured.is_some() {
@@ -302,6 +354,54 @@ mod tests {
         assert!((t.capacity_rel[1] - 0.3).abs() < 1e-9);
         assert_eq!(t.episode_mean_us[1], Some(7000.0));
         assert!(t.stacked_groups.is_empty());
+    }
+
+    /// A 1 ms timeline of two vCPUs: vCPU 0 always runs; vCPU 1 runs 3 ms of
+    /// every 10 (a 30% cap) except that one window is missed entirely, and
+    /// its transitions fall 0.4 ms into a sampling interval.
+    fn capped_timeline(missed_window: usize) -> Vec<TimelineSample> {
+        let mut out = vec![];
+        let (mut cpu0, mut cpu1) = (0u64, 0u64);
+        for ms in 0..=100u64 {
+            out.push(TimelineSample {
+                at_s: ms as f64 / 1e3,
+                cpu_ns: vec![cpu0, cpu1],
+            });
+            cpu0 += 1_000_000;
+            // In interval [ms, ms+1): on from 0.4 ms into 10k+0 until 0.4 ms
+            // into 10k+3.
+            let window = (ms / 10) as usize;
+            let phase = ms % 10;
+            let ran = match phase {
+                _ if window == missed_window => 0,
+                0 => 600_000,
+                1 | 2 => 1_000_000,
+                3 => 400_000,
+                _ => 0,
+            };
+            cpu1 += ran;
+        }
+        out
+    }
+
+    #[test]
+    fn off_episodes_from_the_run_time_timeline() {
+        let m = off_episode_means_us(&capped_timeline(usize::MAX), 0.0, 0.1);
+        assert_eq!(m[0], None, "a vCPU that always ran has no episode");
+        let mean = m[1].unwrap();
+        assert!((mean - 7000.0).abs() < 1.0, "{mean}");
+        // A missed run window joins two episodes into one of 17 ms: the mean
+        // over 8 complete episodes rises accordingly.
+        let mean = off_episode_means_us(&capped_timeline(4), 0.0, 0.1)[1].unwrap();
+        let expect = (7.0 * 7000.0 + 17000.0) / 8.0;
+        assert!((mean - expect).abs() < 1.0, "{mean} vs {expect}");
+        // Episodes cut by the span's ends are not counted.
+        let mean = off_episode_means_us(&capped_timeline(usize::MAX), 0.005, 0.1)[1].unwrap();
+        assert!((mean - 7000.0).abs() < 1.0, "{mean}");
+        assert_eq!(
+            off_episode_means_us(&[], 0.0, 1.0),
+            Vec::<Option<f64>>::new()
+        );
     }
 
     #[test]
