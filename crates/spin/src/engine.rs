@@ -465,7 +465,7 @@ impl Engine {
     /// Reads all new samples, updates the detectors and acts on what changed.
     pub fn poll(&mut self, now_ns: u64) {
         // Waits that ended first: a resumed thread is the one the others wait for.
-        self.watch_words(now_ns);
+        self.check_watched_when_due(now_ns);
         if let Some(f) = &mut self.freezer {
             if std::mem::take(&mut self.tracee_events) {
                 f.reap();
@@ -494,7 +494,6 @@ impl Engine {
             }
             self.scratch = batch;
         }
-
         self.expire_leases(now_ns);
         self.clear_suspects(now_ns);
     }
@@ -1037,7 +1036,7 @@ impl Engine {
     }
 
     /// Checks the words stopped threads wait on every watch period.
-    fn watch_words(&mut self, now_ns: u64) {
+    fn check_watched_when_due(&mut self, now_ns: u64) {
         if now_ns >= self.next_watch_ns {
             self.next_watch_ns = now_ns + self.cfg.watch_period_ns;
             self.check_watched();
