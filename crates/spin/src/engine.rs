@@ -221,12 +221,17 @@ struct EntryTrap {
 }
 
 impl EntryTrap {
-    /// Removed once hits that passed straight through or stopped the
-    /// thread only briefly clearly outnumber worthwhile stops.
     fn wasted(&self) -> bool {
-        let waste = self.passes + self.short;
-        waste > 8 + 2 * self.stops.saturating_sub(self.short)
+        trap_wasted(self.passes, self.short, self.stops)
     }
+}
+
+/// Whether an entry trap should go: hits that passed straight through plus
+/// stops that ended too soon to pay off clearly outnumber worthwhile stops
+/// (2 to 1, after a grace of 8).
+fn trap_wasted(passes: u64, short_stops: u64, stops: u64) -> bool {
+    let waste = passes + short_stops;
+    waste > 8 + 2 * stops.saturating_sub(short_stops)
 }
 
 /// A stop by an entry trap that ends sooner than this did not pay for
@@ -1267,6 +1272,21 @@ fn raise_fd_limit() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn entry_traps_go_when_they_do_not_pay() {
+        use super::trap_wasted;
+        // A ring: every hit stops the thread for a long time.
+        assert!(!trap_wasted(8, 1, 5000));
+        // A grace of 8 wasted hits before anything is judged.
+        assert!(!trap_wasted(8, 0, 0));
+        assert!(trap_wasted(9, 0, 0));
+        // A pipeline stage whose waits end at once: passes and short stops.
+        assert!(trap_wasted(300, 12, 88));
+        // Short stops count against the trap, not for it.
+        assert!(trap_wasted(0, 40, 40));
+        assert!(!trap_wasted(0, 10, 40));
+    }
+
     #[test]
     fn parses_runnable_tasks() {
         assert_eq!(
