@@ -499,15 +499,16 @@ fn summary_text(s: &Summary) -> String {
                 st.sched_failures
             );
             out += &format!(
-                "  replay: {} detections refuted, {} waits already over when read, {} stopped threads had moved on\n",
-                st.refuted_by_replay, st.released_before_demotion, st.resumed_off_path
+                "  replay: {} detections refuted, {} waits found on moving counters, {} already over when read, {} stopped threads had moved on\n",
+                st.refuted_by_replay, st.replay_detections, st.released_before_demotion, st.resumed_off_path
             );
             out += &format!(
-                "  entry traps: {} set ({} refused, {} removed); {} threads stopped on re-entering their loop, {} passed through\n",
+                "  entry traps: {} set ({} refused, {} removed); {} threads stopped on re-entering their loop ({} for under 100 us), {} passed through\n",
                 st.entry_traps,
                 st.entry_trap_failures,
                 st.entry_traps_removed,
                 st.entry_stops,
+                st.entry_stops_short,
                 st.entry_passes
             );
             if st.stop_refused {
