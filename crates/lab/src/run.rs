@@ -88,8 +88,13 @@ pub struct TimelineSample {
 /// episodes of a few milliseconds to within a fraction of one.
 const TIMELINE_EVERY: Duration = Duration::from_millis(1);
 
+/// The timeline's length limit (10 minutes at 1 ms, about 40 MB for 2 vCPUs):
+/// checks score the first minute or so, and a long `lab run` must not grow
+/// without bound.
+const TIMELINE_MAX_SAMPLES: usize = 600_000;
+
 /// Samples the vCPU threads' run time every [`TIMELINE_EVERY`] until
-/// `stop`, from `t0` on.
+/// `stop` (or [`TIMELINE_MAX_SAMPLES`]), from `t0` on.
 fn sample_timeline(
     pid: u32,
     tids: Vec<i32>,
@@ -98,7 +103,7 @@ fn sample_timeline(
 ) -> std::thread::JoinHandle<Vec<TimelineSample>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && out.len() < TIMELINE_MAX_SAMPLES {
             out.push(TimelineSample {
                 at_s: t0.elapsed().as_secs_f64(),
                 cpu_ns: tids.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
