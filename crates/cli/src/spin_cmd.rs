@@ -503,9 +503,10 @@ fn summary_text(s: &Summary) -> String {
                 st.refuted_by_replay, st.replay_detections, st.released_before_demotion, st.resumed_off_path
             );
             out += &format!(
-                "  entry traps: {} set ({} refused, {} removed); {} threads stopped on re-entering their loop ({} for under 100 us), {} passed through\n",
+                "  entry traps: {} set ({} refused, {} moved, {} removed); {} threads stopped on re-entering their loop ({} for under 100 us), {} passed through\n",
                 st.entry_traps,
                 st.entry_trap_failures,
+                st.entry_traps_moved,
                 st.entry_traps_removed,
                 st.entry_stops,
                 st.entry_stops_short,

@@ -138,6 +138,8 @@ pub struct Stats {
     /// Entry traps removed: the machine was no longer oversubscribed, the
     /// loop mostly passed straight through, or its replay changed verdict.
     pub entry_traps_removed: u64,
+    /// Entry traps moved to the loop their thread kept being caught in.
+    pub entry_traps_moved: u64,
     /// Time threads spent demoted or stopped, summed over all holds (ns).
     pub held_ns: u64,
     /// Switches between the sampling period and the idle period.
@@ -211,6 +213,8 @@ impl Demotion {
 /// per hit, so one that keeps firing without leading to a stop is removed.
 struct EntryTrap {
     ip: u64,
+    /// Sampled stops in other loops since the last stop in this one.
+    misses: u32,
     /// Stops that ended sooner than `ENTRY_MIN_HOLD_NS` (not worth a stop).
     short: u64,
     /// The loop's waiting path (sorted), as learnt when the trap was set.
@@ -238,6 +242,10 @@ fn trap_wasted(passes: u64, short_stops: u64, stops: u64) -> bool {
 /// itself: the stop, the resume and the two wake-ups it takes cost tens of
 /// microseconds of the detector's and the thread's time.
 const ENTRY_MIN_HOLD_NS: u64 = 100_000;
+
+/// Sampled stops elsewhere, in a row, after which a thread's entry trap
+/// moves to the loop it was last caught in.
+const ENTRY_MOVE_AFTER: u32 = 3;
 
 /// Loops whose entry trap was removed for passing too often, per thread.
 const UNTRAPPED_MEMORY: usize = 8;
@@ -827,17 +835,33 @@ impl Engine {
         else {
             return;
         };
-        // One trap per thread, kept until it proves wasted: a thread that
-        // waits in several loops (libgomp's barriers) would otherwise have
-        // its trap moved, at a perf_event_open each, at every other stop.
-        if t.entry_refused || t.entry.is_some() || t.untrapped.contains(&ip) {
+        if t.entry_refused || t.untrapped.contains(&ip) {
             return;
+        }
+        // One trap per thread. It moves to another loop only after the
+        // thread was caught there by sampling several times in a row: its
+        // first stop may have been in a loop it never returns to (a start-up
+        // wait), while a thread that waits in several loops (libgomp's
+        // barriers) must not have its trap moved, at a perf_event_open
+        // each, at every other stop.
+        if let Some(e) = &mut t.entry {
+            if e.ip == ip {
+                e.misses = 0;
+                return;
+            }
+            e.misses += 1;
+            if e.misses < ENTRY_MOVE_AFTER {
+                return;
+            }
+            t.entry = None; // frees its debug register first
+            self.stats.entry_traps_moved += 1;
         }
         match ThreadSampler::open_entry_trap(tid, ip) {
             Ok(sampler) => {
                 self.stats.entry_traps += 1;
                 t.entry = Some(EntryTrap {
                     ip,
+                    misses: 0,
                     short: 0,
                     path,
                     sampler,
@@ -909,6 +933,7 @@ impl Engine {
                     }
                     if let Some(e) = &mut t.entry {
                         e.stops += 1;
+                        e.misses = 0;
                     }
                 } else {
                     self.remove_entry_trap(tid, false);
