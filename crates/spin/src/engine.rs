@@ -915,7 +915,7 @@ impl Engine {
         let Some(path) = t.entry.as_ref().map(|e| e.path.clone()) else {
             return;
         };
-        match self.replay_newest_along(tid, Some(&path)) {
+        match self.replay_from(&s, Some(&path)) {
             Some((Replay::Waiting { .. }, words)) => {
                 let watch = Watch {
                     ip: s.ip,
@@ -1047,19 +1047,20 @@ impl Engine {
     /// Replays `tid`'s loop from its newest sample, and says which words it
     /// read (None: replay is off or memory is unreadable).
     fn replay_newest(&mut self, tid: i32) -> Option<(Replay, Vec<Word>)> {
-        self.replay_newest_along(tid, None)
+        let s = self.threads.get(&tid)?.last_sample?;
+        self.replay_from(&s, None)
     }
 
-    /// The same, along a waiting path learnt before (None: learn it).
-    fn replay_newest_along(
+    /// Replays a loop from sample `s`, along a waiting path learnt before
+    /// (None: learn it), and says which words it read.
+    fn replay_from(
         &mut self,
-        tid: i32,
+        s: &Sample,
         known_path: Option<&[u64]>,
     ) -> Option<(Replay, Vec<Word>)> {
         if !self.cfg.replay {
             return None;
         }
-        let s = self.threads.get(&tid)?.last_sample?;
         let mut mem = Snapshot::new(self.memory.as_mut()?);
         let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, known_path);
         Some((replay, mem.take_touched()))
