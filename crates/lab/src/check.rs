@@ -18,6 +18,9 @@ pub struct Scored {
     pub report_sequence: u64,
     pub truth: Truth,
     pub items: Vec<Item>,
+    /// The guest's probe report these items scored, for a look behind a
+    /// failed item (each vCPU's absolute available share, for instance).
+    pub report: ProbeReport,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +141,7 @@ pub fn check(
         report_sequence: first.sequence,
         items: truth::score(&initial, first, emulated),
         truth: initial,
+        report: first.clone(),
     });
     if !layout.phases.is_empty() {
         let last = reports.last().unwrap();
@@ -158,6 +162,7 @@ pub fn check(
             report_sequence: last.sequence,
             items: truth::score(&fin, last, emulated),
             truth: fin,
+            report: last.clone(),
         });
     }
     let pass = scored

@@ -178,28 +178,65 @@ fn work_unit(state: u64) -> u64 {
     black_box(x)
 }
 
-/// Time between two clock reads that the prober aims for.
-const BATCH_TARGET_NS: u64 = 500;
+/// Shortest time between two clock reads that the prober aims for: often
+/// enough to place a 5 µs gap to within half a microsecond.
+const MIN_BATCH_NS: u64 = 500;
 
-/// Work units per clock read, so that reads come about every
-/// `BATCH_TARGET_NS`: often enough to see 5 µs gaps, rarely enough to cost
-/// little where reading the clock is slow. (Under QEMU's TCG every TSC read
-/// takes a lock shared by all vCPUs; a vCPU switched off while holding it
-/// stalls the others, so a prober that reads the clock constantly would
-/// make its own siblings look unavailable.)
-fn units_per_batch(cpu: u32) -> u64 {
+/// Work done per clock read, as a multiple of what one read costs: reads
+/// take at most 1/50 of the prober's time.
+const WORK_PER_READ: u64 = 50;
+
+/// Work units per clock read. Reads are spaced by 50x their own cost, but at
+/// least `MIN_BATCH_NS` and at most half the gap threshold so that every gap
+/// still shows. A read that costs much is spaced out because it may do more
+/// than cost: under QEMU's TCG every TSC read takes a spin lock shared by all
+/// vCPUs (`cpu_get_ticks`), and a vCPU switched off while holding it stalls
+/// every sibling that reads the clock until it runs again. In the lab, with
+/// vCPU 1 capped to 30%, reads every 31 ns cost the free vCPU 0 30-40% of its
+/// time, every 500 ns 10-25%, every 2 µs 3-6%.
+fn units_per_batch(cpu: u32, detect_ns: u64) -> u64 {
     const PROBE: u64 = 256;
     let mut state = cpu as u64 + 1;
-    let mut best = u64::MAX;
+    let mut per_unit = u64::MAX;
+    let mut per_read = u64::MAX;
     for _ in 0..5 {
         let t = sys::now_ns();
         for _ in 0..PROBE {
             state = work_unit(state);
         }
-        best = best.min(sys::now_ns() - t);
+        let t1 = sys::now_ns();
+        for _ in 0..PROBE {
+            black_box(sys::now_ns());
+        }
+        per_unit = per_unit.min((t1 - t) / PROBE);
+        per_read = per_read.min((sys::now_ns() - t1) / PROBE);
     }
-    let per_unit = (best / PROBE).max(1);
-    (BATCH_TARGET_NS / per_unit).clamp(1, 1024)
+    batch_units(per_unit, per_read, detect_ns)
+}
+
+/// The batching rule of `units_per_batch`, given measured costs.
+fn batch_units(per_unit_ns: u64, per_read_ns: u64, detect_ns: u64) -> u64 {
+    let most = (detect_ns / 2).max(MIN_BATCH_NS);
+    let batch_ns = (per_read_ns * WORK_PER_READ).clamp(MIN_BATCH_NS, most);
+    (batch_ns / per_unit_ns.max(1)).clamp(1, 4096)
+}
+
+/// Reads of the gap split that may be repeated because they were
+/// themselves interrupted (each repeat joins the interruption to the gap).
+const MAX_SPLIT_TRIES: u32 = 4;
+
+/// What the reads that split a gap (run delay, thread CPU time) cost when
+/// nothing interrupts them: the least of a few tries.
+fn split_cost_ns(sched: &mut Option<SchedStat>) -> u64 {
+    (0..5)
+        .map(|_| {
+            let t = sys::now_ns();
+            black_box(sched.as_mut().map_or(0, |s| s.run_delay_ns()));
+            black_box(sys::thread_cpu_ns());
+            sys::now_ns() - t
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// Spins for `window_ns`, recording every gap in the calling thread's timeline.
@@ -211,7 +248,8 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let steal0 = sys::steal_ns(cpu);
     // Allocated before the window so that nothing inside it allocates.
     let mut gaps = Vec::with_capacity((window_ns / 20_000).clamp(1024, 1 << 20) as usize);
-    let batch = units_per_batch(cpu);
+    let batch = units_per_batch(cpu, detect_ns);
+    let split_limit = split_cost_ns(&mut sched).saturating_mul(4).max(detect_ns);
     let mut units = 0u64;
     let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ cpu as u64;
 
@@ -235,18 +273,34 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             chunk = (t, units);
         }
         if t - last > detect_ns {
-            let rd = run_delay(&mut sched);
-            let c = sys::thread_cpu_ns();
+            // The reads that split the gap take time of their own, which is
+            // left out of the timeline. An interruption during them joins
+            // the gap: bandwidth control throttles a vCPU at a scheduling
+            // event, often right after a short pre-emption the prober has
+            // just seen, and that whole throttling would vanish otherwise.
+            let mut end = t;
+            let (mut rd, mut c);
+            let mut tries = 0;
+            loop {
+                rd = run_delay(&mut sched);
+                c = sys::thread_cpu_ns();
+                let after = sys::now_ns();
+                tries += 1;
+                if after - end <= split_limit || tries == MAX_SPLIT_TRIES {
+                    break;
+                }
+                end = after;
+            }
             gaps.push(Gap::from_deltas(
                 last - t0,
-                t - last,
+                end - last,
                 rd.saturating_sub(last_rd),
                 c.saturating_sub(last_cpu),
                 last - resumed,
             ));
             last_rd = rd;
             last_cpu = c;
-            // The reads above took time of their own: restart the clock after them.
+            // What the final reads took is left out: restart the clock after them.
             last = sys::now_ns();
             resumed = last;
             chunk = (last, units);
@@ -276,5 +330,28 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
         reported_steal_ns,
         gaps,
         median_chunk_speed: chunk_rates.get(chunk_rates.len() / 2).copied(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cheap_clock_reads_come_every_half_microsecond() {
+        // 8 ns reads: 50 x 8 ns is under the floor.
+        assert_eq!(batch_units(31, 8, 5_000), 500 / 31);
+    }
+
+    #[test]
+    fn costly_clock_reads_are_spaced_by_fifty_times_their_cost() {
+        assert_eq!(batch_units(10, 40, 5_000), 2_000 / 10);
+    }
+
+    #[test]
+    fn spacing_never_hides_a_gap() {
+        // Emulated reads of 300 ns would ask for 15 µs; half the 5 µs threshold caps it.
+        assert_eq!(batch_units(31, 300, 5_000), 2_500 / 31);
+        assert_eq!(batch_units(1, 1_000_000, 5_000), 2_500);
     }
 }
