@@ -47,34 +47,25 @@ fn item<'a>(r: &'a Value, when: usize, what: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no item {what:?} in {r:#}"))
 }
 
-/// The capped vCPU of capped-30pct is seen capped: available well below the
-/// free one, off for milliseconds at a time.
-fn assert_cap_is_seen(r: &Value) {
-    let share: f64 = item(r, 0, "vCPU 1 relative available share")["measured"]
-        .as_str()
+/// Every scored item of a check within its tolerance (stacking and
+/// stragglers exact, available share 15%, episode mean 25%), naming the
+/// items that were not.
+fn assert_passes(name: &str, r: &Value) {
+    let failed: Vec<String> = r["scored"]
+        .as_array()
         .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (0.1..=0.75).contains(&share),
-        "capped vCPU available share {share}: {r:#}"
-    );
-    let mean = item(r, 0, "vCPU 1 inactive-episode mean")["measured"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let ms: f64 = mean.trim_end_matches(" ms").parse().unwrap_or(0.0);
-    assert!(
-        (5.0..=14.0).contains(&ms),
-        "capped vCPU episode mean {mean}: {r:#}"
-    );
-    // Within 25% of the episodes the host's run-time timeline saw (which,
-    // unlike the cap's 7 ms, includes windows the emulated vCPU missed).
-    assert_eq!(
-        item(r, 0, "vCPU 1 inactive-episode mean")["pass"],
-        true,
-        "capped vCPU episode mean against the host's timeline: {r:#}"
-    );
+        .iter()
+        .flat_map(|s| s["items"].as_array().unwrap())
+        .filter(|i| i["scored"] == true && i["pass"] != true)
+        .map(|i| {
+            format!(
+                "{}: {} (expected {})",
+                i["what"], i["measured"], i["expected"]
+            )
+        })
+        .collect();
+    assert!(failed.is_empty(), "{name} failed {failed:?}: {r:#}");
+    assert_eq!(r["pass"], true, "{name}: {r:#}");
 }
 
 /// While alive, the cpu controller is on cgroup v2 (as on ordinary cloud
@@ -169,8 +160,7 @@ fn caps_work_under_cgroup_v2() {
     let _guard = common::serial();
     let _v2 = CpuOnCgroupV2::enable();
     let r = check("capped-30pct");
-    assert_eq!(item(&r, 0, "stacking groups")["pass"], true, "{r:#}");
-    assert_cap_is_seen(&r);
+    assert_passes("capped-30pct under cgroup v2", &r);
     // Nothing left in the v2 hierarchy either.
     let left: Vec<_> = std::fs::read_dir(&_v2.v2_root)
         .unwrap()
@@ -180,28 +170,19 @@ fn caps_work_under_cgroup_v2() {
     assert!(left.is_empty(), "cgroups left behind: {left:?}");
 }
 
-/// What holds in every run on a small shared host: stacking is decided
-/// exactly (stacked vCPUs complete no overlapping transfers at all),
-/// including after a phase change under `probe --watch`, and the capped
-/// vCPU is seen to be capped (available well below the free one) with its
-/// inactive-episode mean within 25% of the host's. The full tolerances are
-/// measured by `bench/lab_check.py` and asserted by the ignored test below.
+/// The lab's contract, end to end: every shipped layout's check passes in
+/// full, and the phase change is followed (becomes-stacked scores the
+/// initial placement unstacked and the final one stacked).
 #[test]
-fn layouts_boot_stacking_is_exact_and_caps_are_seen() {
+fn shipped_layouts_pass_their_full_checks() {
     let _guard = common::serial();
     for name in ["two-free", "stacked-pair", "capped-30pct"] {
         let r = check(name);
         assert!(r["boot_ms"].as_f64().unwrap() > 0.0);
-        assert_eq!(
-            item(&r, 0, "stacking groups")["pass"],
-            true,
-            "{name}: {r:#}"
-        );
-        if name == "capped-30pct" {
-            assert_cap_is_seen(&r);
-        }
+        assert_passes(name, &r);
     }
     let r = check("becomes-stacked");
+    assert_passes("becomes-stacked", &r);
     assert_eq!(
         r["scored"].as_array().unwrap().len(),
         2,
@@ -213,26 +194,6 @@ fn layouts_boot_stacking_is_exact_and_caps_are_seen() {
         "[0, 1]",
         "{r:#}"
     );
-}
-
-/// The full contract: every scored item of every layout within tolerance
-/// (stacking and stragglers exact, available share 15%, episode mean 25%).
-/// Ignored in CI: on this 2-vCPU shared machine capped-30pct passes in only
-/// part of the runs (docs/benchmarks.md); run with
-/// `cargo test --release --test lab -- --ignored`.
-#[test]
-#[ignore]
-fn shipped_layouts_pass_their_full_checks() {
-    let _guard = common::serial();
-    for name in [
-        "two-free",
-        "stacked-pair",
-        "capped-30pct",
-        "becomes-stacked",
-    ] {
-        let r = check(name);
-        assert_eq!(r["pass"], true, "{name}: {r:#}");
-    }
 }
 
 /// Where the lab may create cgroups: the cgroup v1 cpu controller's mount
