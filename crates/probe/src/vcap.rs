@@ -192,8 +192,8 @@ const WORK_PER_READ: u64 = 50;
 /// than cost: under QEMU's TCG every TSC read takes a spin lock shared by all
 /// vCPUs (`cpu_get_ticks`), and a vCPU switched off while holding it stalls
 /// every sibling that reads the clock until it runs again. In the lab, with
-/// vCPU 1 capped to 30%, reads every 31 ns cost the free vCPU 0 30-40% of its
-/// time, every 500 ns 10-25%, every 2 µs 3-6%.
+/// vCPU 1 capped to 30%, reads every 31 ns cost the free vCPU 0 30-41% of its
+/// time, every 500 ns 2-26%, every 2 µs 3-8% (docs/lab.md).
 fn units_per_batch(cpu: u32, detect_ns: u64) -> u64 {
     const PROBE: u64 = 256;
     let mut state = cpu as u64 + 1;
@@ -239,6 +239,32 @@ fn split_cost_ns(sched: &mut Option<SchedStat>) -> u64 {
         .unwrap_or(0)
 }
 
+/// Reads what splits a gap that ended at `t` (`read`: run delay and thread
+/// CPU time) and returns them with the gap's true end. The reads take time
+/// of their own, which the timeline leaves out; but reads that took longer
+/// than `limit` were themselves interrupted, and that interruption joins the
+/// gap (the reads are then repeated, up to `MAX_SPLIT_TRIES` in all).
+/// Bandwidth control throttles a vCPU at a scheduling event, often right
+/// after a short pre-emption the prober has just seen: without this, the
+/// whole throttling would vanish from the timeline.
+fn split_gap(
+    t: u64,
+    limit: u64,
+    mut read: impl FnMut() -> (u64, u64),
+    mut now: impl FnMut() -> u64,
+) -> (u64, u64, u64) {
+    let mut end = t;
+    for tries in 1.. {
+        let (rd, c) = read();
+        let after = now();
+        if after - end <= limit || tries == MAX_SPLIT_TRIES {
+            return (end, rd, c);
+        }
+        end = after;
+    }
+    unreachable!("the loop returns by its last try")
+}
+
 /// Spins for `window_ns`, recording every gap in the calling thread's timeline.
 fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     // Without schedstat, guest pre-emption cannot be told from the
@@ -273,24 +299,12 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             chunk = (t, units);
         }
         if t - last > detect_ns {
-            // The reads that split the gap take time of their own, which is
-            // left out of the timeline. An interruption during them joins
-            // the gap: bandwidth control throttles a vCPU at a scheduling
-            // event, often right after a short pre-emption the prober has
-            // just seen, and that whole throttling would vanish otherwise.
-            let mut end = t;
-            let (mut rd, mut c);
-            let mut tries = 0;
-            loop {
-                rd = run_delay(&mut sched);
-                c = sys::thread_cpu_ns();
-                let after = sys::now_ns();
-                tries += 1;
-                if after - end <= split_limit || tries == MAX_SPLIT_TRIES {
-                    break;
-                }
-                end = after;
-            }
+            let (end, rd, c) = split_gap(
+                t,
+                split_limit,
+                || (run_delay(&mut sched), sys::thread_cpu_ns()),
+                sys::now_ns,
+            );
             gaps.push(Gap::from_deltas(
                 last - t0,
                 end - last,
@@ -346,6 +360,51 @@ mod tests {
     #[test]
     fn costly_clock_reads_are_spaced_by_fifty_times_their_cost() {
         assert_eq!(batch_units(10, 40, 5_000), 2_000 / 10);
+    }
+
+    /// A fake clock that returns `times` in turn.
+    fn clock(times: &[u64]) -> impl FnMut() -> u64 + '_ {
+        let mut i = 0;
+        move || {
+            i += 1;
+            times[i - 1]
+        }
+    }
+
+    #[test]
+    fn quick_split_reads_leave_the_gap_as_seen() {
+        let (end, rd, c) = split_gap(100_000, 5_000, || (7, 9), clock(&[101_000]));
+        assert_eq!((end, rd, c), (100_000, 7, 9));
+    }
+
+    #[test]
+    fn an_interruption_of_the_split_reads_joins_the_gap() {
+        // Throttled for 7 ms during the first reads; the second reads are quick
+        // and their values (taken after the throttling) are the ones kept.
+        let mut n = 0;
+        let reads = || {
+            n += 1;
+            (n, 10 * n)
+        };
+        let (end, rd, c) = split_gap(100_000, 5_000, reads, clock(&[7_101_000, 7_102_000]));
+        assert_eq!((end, rd, c), (7_101_000, 2, 20));
+    }
+
+    #[test]
+    fn split_reads_are_repeated_a_bounded_number_of_times() {
+        let mut tries = 0;
+        let times = [1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000];
+        let (end, _, _) = split_gap(
+            0,
+            5_000,
+            || {
+                tries += 1;
+                (0, 0)
+            },
+            clock(&times),
+        );
+        assert_eq!(tries, MAX_SPLIT_TRIES);
+        assert_eq!(end, 3_000_000);
     }
 
     #[test]
