@@ -104,6 +104,12 @@ pub struct DetectArgs {
     #[arg(long)]
     no_entry_traps: bool,
 
+    /// Let entry traps only wake the detector, instead of stopping their
+    /// thread themselves (a BPF program on the breakpoint signals the thread,
+    /// which then never spins while the detector reacts; needs root)
+    #[arg(long)]
+    no_trap_stops: bool,
+
     /// How often the words polled by stopped threads are checked
     #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration, allow_hyphen_values = true)]
     watch_period: Duration,
@@ -167,6 +173,7 @@ impl DetectArgs {
             watch_period_ns: self.watch_period.as_nanos() as u64,
             watched_lease_ns: self.watched_lease.as_nanos() as u64,
             entry_traps: !self.no_entry_traps,
+            trap_stops: !self.no_trap_stops,
         })
     }
 

@@ -4,7 +4,8 @@
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use std::io::BufRead;
-use vsched_spin::zoo::{compute, locks, programs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vsched_spin::zoo::{compute, locks, programs, programs::Truth};
 
 #[derive(Args, Debug)]
 pub struct ZooArgs {
@@ -54,7 +55,22 @@ pub enum ZooProgram {
     },
 }
 
+static SIGURG_RECEIVED: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_sigurg(_: libc::c_int) {
+    SIGURG_RECEIVED.fetch_add(1, Ordering::Relaxed);
+}
+
 pub fn run(args: ZooArgs) -> Result<bool> {
+    // Counted for the tests: spin detection must deliver SIGURGs others send
+    // and never one of its own.
+    // SAFETY: the handler only bumps an atomic counter (async-signal-safe).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = count_sigurg as *const () as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGURG, &act, std::ptr::null_mut());
+    }
     if args.wait_go {
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line)?;
@@ -92,6 +108,10 @@ pub fn run(args: ZooArgs) -> Result<bool> {
                 compute::NAMES.join(", ")
             )
         })?,
+    };
+    let truth = Truth {
+        sigurg: SIGURG_RECEIVED.load(Ordering::Relaxed),
+        ..truth
     };
     println!("{}", serde_json::to_string(&truth)?);
     Ok(true)

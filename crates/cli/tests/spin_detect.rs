@@ -5,6 +5,7 @@
 mod common;
 
 use common::{online_cpus, serial, vsched};
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -206,6 +207,16 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
         assert!(n("entry_passes") * 10 < n("entry_stops"), "{s}");
     }
 
+    // As root the traps stop their threads themselves (a BPF program).
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+        assert!(n("trap_stops") > 0, "{s}");
+        let s = ring_summary(&["--no-trap-stops"]);
+        let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
+        assert_eq!(n("trap_stops"), 0, "{s}");
+        assert!(n("entry_stops") * 2 > n("stops"), "{s}");
+    }
+
     let s = ring_summary(&["--no-entry-traps"]);
     let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
     assert!(n("stops") > 100, "{s}");
@@ -215,6 +226,78 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
     let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
     assert_eq!(n("stops"), 0, "{s}");
     assert!(n("demotions") > 100, "{s}");
+}
+
+/// Entry traps stop their threads with SIGURG: none of those may reach the
+/// program, while every SIGURG someone else sends it must.
+#[test]
+fn trap_signals_stay_with_vsched_and_others_get_through() {
+    let _guard = serial();
+    let threads = four_x();
+    // About 2.5 s under detection here (a hand-off costs a stop and a
+    // resume, tens of microseconds anywhere): the signals are all sent in
+    // the first half second.
+    let run = Program(
+        Command::new(VSCHED)
+            .args(["run", "--spin-detect", "--json", "--", VSCHED])
+            .args(["spin-zoo", "ring", "--threads", &threads])
+            .args(["--handoffs", "50000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The ring is vsched's only child.
+    let ring_pid = || -> Option<i32> {
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", run.0.id()))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    wait_for("the ring to be held", Duration::from_secs(10), || {
+        ring_pid().is_some_and(|p| stopped_and_traced(p as u32).1 > 0)
+    });
+    let pid = ring_pid().unwrap();
+    let sent = 10;
+    for i in 0..sent {
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: signalling the ring, our grandchild.
+        let rc = unsafe { libc::kill(pid, libc::SIGURG) };
+        assert_eq!(rc, 0, "the ring ended before SIGURG {i} was sent");
+    }
+    let mut run = run;
+    let status = run.0.wait().unwrap();
+    // Both outputs are a line or two: they fit in their pipes.
+    let (mut out, mut err) = (String::new(), String::new());
+    run.0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    run.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_str(err.lines().last().unwrap_or_default()).expect(&err);
+    let n = |k: &str| {
+        summary[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k}: {summary}"))
+    };
+    assert!(n("entry_stops") > 100, "{summary}");
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+        assert!(n("trap_stops") > 0, "{summary}");
+    }
+    let truth: serde_json::Value = serde_json::from_str(&out).expect(&err);
+    assert_eq!(truth["sigurg"], sent, "{truth} {summary}");
 }
 
 /// CPU time (utime + stime, ticks) of every thread of `pid`, summed.

@@ -2,6 +2,7 @@
 //! (including ones created later), a detector per thread, and, when asked,
 //! descheduling of spinners with a guaranteed restoration.
 
+use crate::bpf::{StopProgram, TRAP_SIGNAL};
 use crate::code::PauseSites;
 use crate::detector::{DetectorParams, ThreadDetector, Transition};
 use crate::freeze::Freezer;
@@ -61,6 +62,10 @@ pub struct Config {
     /// that the next time it enters that loop it is stopped before it spins
     /// instead of after a sampling period (see `EntryTrap`).
     pub entry_traps: bool,
+    /// Let an entry trap stop its thread itself (a BPF program on the
+    /// breakpoint signals it; see `bpf`), so that it never spins while the
+    /// detector reacts. Needs root; falls back to waking the detector.
+    pub trap_stops: bool,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -83,6 +88,7 @@ impl Default for Config {
             watch_period_ns: 20_000,
             watched_lease_ns: 20_000_000,
             entry_traps: true,
+            trap_stops: true,
             record_samples: false,
         }
     }
@@ -135,6 +141,8 @@ pub struct Stats {
     pub entry_passes: u64,
     /// Entry-trap stops that lasted less than 100 µs (not worth a stop).
     pub entry_stops_short: u64,
+    /// Entry traps that stop their thread themselves (BPF program attached).
+    pub trap_stops: u64,
     /// Entry traps removed: the machine was no longer oversubscribed, the
     /// loop mostly passed straight through, or its replay changed verdict.
     pub entry_traps_removed: u64,
@@ -222,6 +230,9 @@ struct EntryTrap {
     sampler: ThreadSampler,
     stops: u64,
     passes: u64,
+    /// A hit stops the thread itself (see `bpf`); its samples are read when
+    /// the stop is reported, not polled.
+    stops_itself: bool,
 }
 
 impl EntryTrap {
@@ -247,6 +258,10 @@ const ENTRY_MIN_HOLD_NS: u64 = 100_000;
 /// moves to the loop it was last caught in.
 const ENTRY_MOVE_AFTER: u32 = 3;
 
+/// How long after a trap that stops its thread was removed a stop by its
+/// signal is still taken for the trap's (sent just before the removal).
+const TRAP_SIGNAL_GRACE_NS: u64 = 10_000_000;
+
 /// Loops whose entry trap was removed for passing too often, per thread.
 const UNTRAPPED_MEMORY: usize = 8;
 
@@ -257,6 +272,9 @@ struct Tracked {
     untrapped: Vec<u64>,
     /// The kernel refused an entry trap for this thread: do not ask again.
     entry_refused: bool,
+    /// When a trap that stops its thread was last removed: a stop it sent
+    /// just before may still arrive.
+    trap_removed_ns: u64,
     detector: ThreadDetector,
     demotion: Option<Demotion>,
     /// Samples in the current episode.
@@ -285,6 +303,8 @@ pub struct Engine {
     replayer: Replayer,
     next_watch_ns: u64,
     freezer: Option<Freezer>,
+    /// Makes entry traps stop their threads (None: not permitted or off).
+    stop_program: Option<StopProgram>,
     /// The freezer's descriptor was readable at the last wait.
     tracee_events: bool,
     /// Loop addresses whose replay showed computation, not a wait (see
@@ -388,6 +408,7 @@ impl Engine {
             replayer: Replayer::new(),
             next_watch_ns: 0,
             freezer: None,
+            stop_program: None,
             tracee_events: false,
             not_waits: HashSet::new(),
             relaxed: false,
@@ -395,6 +416,14 @@ impl Engine {
         };
         if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
             engine.freezer = Freezer::new(pid).ok();
+        }
+        if let Some(f) = &mut engine.freezer {
+            if engine.cfg.entry_traps && engine.cfg.trap_stops {
+                engine.stop_program = StopProgram::load().ok();
+                if engine.stop_program.is_some() {
+                    f.intercept(TRAP_SIGNAL);
+                }
+            }
         }
         if !threads::alive(pid) {
             return Err(OpenError::Gone);
@@ -459,6 +488,7 @@ impl Engine {
                             entry: None,
                             untrapped: Vec::new(),
                             entry_refused: false,
+                            trap_removed_ns: 0,
                             detector: ThreadDetector::new(),
                             demotion: None,
                             episode_samples: 0,
@@ -484,6 +514,7 @@ impl Engine {
                 f.reap();
             }
         }
+        self.check_trap_stops();
         self.check_stop_sites();
         self.poll_entry_traps();
         let tids: Vec<i32> = self.threads.keys().copied().collect();
@@ -566,7 +597,9 @@ impl Engine {
                 t.sampler.set_period(period);
             }
             // Nothing is stopped while relaxed: a trap would only cost hits.
-            if relax && t.entry.take().is_some() {
+            if relax && t.entry.is_some() {
+                t.entry = None;
+                t.trap_removed_ns = now_ns;
                 self.stats.entry_traps_removed += 1;
             }
         }
@@ -586,7 +619,11 @@ impl Engine {
         }
         self.pollfds.clear();
         let suspects = self.threads.values().filter(|t| t.suspect_since.is_some());
-        let traps = self.threads.values().filter_map(|t| t.entry.as_ref());
+        let traps = self
+            .threads
+            .values()
+            .filter_map(|t| t.entry.as_ref())
+            .filter(|e| !e.stops_itself);
         self.pollfds.extend(
             suspects
                 .map(|t| t.sampler.fd())
@@ -854,11 +891,17 @@ impl Engine {
                 return;
             }
             t.entry = None; // frees its debug register first
+            t.trap_removed_ns = now_ns();
             self.stats.entry_traps_moved += 1;
         }
         match ThreadSampler::open_entry_trap(tid, ip) {
             Ok(sampler) => {
                 self.stats.entry_traps += 1;
+                let stops_itself = self
+                    .stop_program
+                    .as_ref()
+                    .is_some_and(|p| p.attach(sampler.fd()).is_ok());
+                self.stats.trap_stops += stops_itself as u64;
                 t.entry = Some(EntryTrap {
                     ip,
                     misses: 0,
@@ -867,6 +910,7 @@ impl Engine {
                     sampler,
                     stops: 0,
                     passes: 0,
+                    stops_itself,
                 });
             }
             Err(_) => {
@@ -880,7 +924,7 @@ impl Engine {
     fn poll_entry_traps(&mut self) {
         let mut hits = vec![];
         for (&tid, t) in self.threads.iter_mut() {
-            if let Some(e) = &mut t.entry {
+            if let Some(e) = t.entry.as_mut().filter(|e| !e.stops_itself) {
                 let mut newest = None;
                 e.sampler.drain(|s| newest = Some(s));
                 if let Some(s) = newest {
@@ -889,31 +933,67 @@ impl Engine {
             }
         }
         for (tid, s) in hits {
-            self.entry_hit(tid, s);
+            self.entry_hit(tid, s, false);
+        }
+    }
+
+    /// Threads their entry trap stopped (see `bpf`): keeps those whose wait
+    /// is not over, lets the others go. A stop with no trap sample behind it
+    /// was a signal someone else sent, and is passed on.
+    fn check_trap_stops(&mut self) {
+        let Some(f) = &mut self.freezer else { return };
+        let stopped = f.take_signal_stopped();
+        for tid in stopped {
+            let mut newest = None;
+            let mut recent_trap = false;
+            if let Some(t) = self.threads.get_mut(&tid) {
+                if let Some(e) = t.entry.as_mut().filter(|e| e.stops_itself) {
+                    e.sampler.drain(|s| newest = Some(s));
+                }
+                recent_trap = now_ns().saturating_sub(t.trap_removed_ns) < TRAP_SIGNAL_GRACE_NS;
+            }
+            let held = match newest {
+                Some(s) => self.entry_hit(tid, s, true),
+                None => false,
+            };
+            if held {
+                continue;
+            }
+            let Some(f) = &mut self.freezer else { return };
+            // A signal the trap sent just before it was removed, or one
+            // someone else sent (kill() says who; a kernel-sent SIGURG, for
+            // out-of-band socket data, is rare enough to be taken for ours).
+            if newest.is_some() || (recent_trap && f.signal_from_kernel(tid)) {
+                f.resume(tid);
+            } else {
+                f.pass_signal(tid, TRAP_SIGNAL);
+            }
         }
     }
 
     /// `tid` entered the loop its trap is on: stop it if its wait is not
-    /// over. Older hits of the same trap are stale and were dropped.
-    fn entry_hit(&mut self, tid: i32, mut s: Sample) {
+    /// over (`stopped`: the trap stopped it already). Older hits of the same
+    /// trap are stale and were dropped. True if the thread is now held
+    /// stopped.
+    fn entry_hit(&mut self, tid: i32, mut s: Sample, stopped: bool) -> bool {
         let Some(t) = self.threads.get_mut(&tid) else {
-            return;
+            return false;
         };
         // Held already: the hit came before the stop took effect.
         if t.demotion.is_some() {
-            return;
+            return false;
         }
         s.tid = tid;
         if !self.load.oversubscribed(s.time_ns) {
             // Nothing would be stopped: each iteration would only cost a trap.
             self.remove_entry_trap(tid, false);
-            return;
+            return false;
         }
         t.last_sample = Some(s);
         // Replayed along the path learnt when the trap was set: from the
         // loop's head, a branch inside the loop can look like its exit.
         let Some(path) = t.entry.as_ref().map(|e| e.path.clone()) else {
-            return;
+            return false;
         };
         match self.replay_from(&s, Some(&path)) {
             Some((Replay::Waiting { .. }, words)) => {
@@ -924,20 +1004,21 @@ impl Engine {
                     trap_at: s.ip,
                     words,
                 };
-                if self.stop(tid) {
-                    self.hold_stopped(tid, now_ns(), watch);
-                    self.stats.entry_stops += 1;
-                    let t = self.threads.get_mut(&tid).expect("listed");
-                    if let Some(d) = &mut t.demotion {
-                        d.by_trap = true;
-                    }
-                    if let Some(e) = &mut t.entry {
-                        e.stops += 1;
-                        e.misses = 0;
-                    }
-                } else {
+                if !stopped && !self.stop(tid) {
                     self.remove_entry_trap(tid, false);
+                    return false;
                 }
+                self.hold_stopped(tid, now_ns(), watch);
+                self.stats.entry_stops += 1;
+                let t = self.threads.get_mut(&tid).expect("listed");
+                if let Some(d) = &mut t.demotion {
+                    d.by_trap = true;
+                }
+                if let Some(e) = &mut t.entry {
+                    e.stops += 1;
+                    e.misses = 0;
+                }
+                true
             }
             Some((Replay::Leaves, _)) => {
                 self.stats.entry_passes += 1;
@@ -948,9 +1029,13 @@ impl Engine {
                         self.remove_entry_trap(tid, true);
                     }
                 }
+                false
             }
             // The loop no longer replays as a wait from its entry.
-            _ => self.remove_entry_trap(tid, true),
+            _ => {
+                self.remove_entry_trap(tid, true);
+                false
+            }
         }
     }
 
@@ -960,6 +1045,9 @@ impl Engine {
             return;
         };
         let Some(e) = t.entry.take() else { return };
+        if e.stops_itself {
+            t.trap_removed_ns = now_ns();
+        }
         self.stats.entry_traps_removed += 1;
         if for_good {
             if t.untrapped.len() == UNTRAPPED_MEMORY {

@@ -44,6 +44,11 @@ pub struct Freezer {
     newly_stopped: Vec<i32>,
     /// Some thread was ever seized (until then there is nothing to reap).
     seized_any: bool,
+    /// A signal whose deliveries are handed to the engine instead of passed
+    /// on: entry traps stop their thread with it (see `bpf`).
+    intercepted: Option<i32>,
+    /// Threads stopped by that signal since the engine last looked.
+    signal_stopped: Vec<i32>,
 }
 
 impl Freezer {
@@ -69,6 +74,8 @@ impl Freezer {
             refused: false,
             newly_stopped: Vec::new(),
             seized_any: false,
+            intercepted: None,
+            signal_stopped: Vec::new(),
         })
     }
 
@@ -80,6 +87,39 @@ impl Freezer {
     /// Whether ptrace was refused (threads are demoted instead).
     pub fn refused(&self) -> bool {
         self.refused
+    }
+
+    /// Holds deliveries of `sig` as stops for the engine to judge (see
+    /// `take_signal_stopped`) instead of passing them on.
+    pub fn intercept(&mut self, sig: i32) {
+        self.intercepted = Some(sig);
+    }
+
+    /// Running threads that stopped on the intercepted signal since the last
+    /// call. Each stays stopped until `resume` (signal suppressed) or
+    /// `pass_signal`.
+    pub fn take_signal_stopped(&mut self) -> Vec<i32> {
+        std::mem::take(&mut self.signal_stopped)
+    }
+
+    /// Lets `tid`, stopped on the intercepted signal, go on with the signal
+    /// delivered (it was not ours).
+    pub fn pass_signal(&mut self, tid: i32, sig: i32) {
+        if self.threads.get(&tid) == Some(&State::Stopped) {
+            // SAFETY: ptrace with integer arguments on a stopped tracee.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, sig as libc::c_long) };
+            self.threads.insert(tid, State::Running);
+        }
+    }
+
+    /// Whether the signal `tid` is stopped on was sent by the kernel (as an
+    /// entry trap's is), not by a process (kill, tgkill, sigqueue).
+    pub fn signal_from_kernel(&self, tid: i32) -> bool {
+        // SAFETY: PTRACE_GETSIGINFO fills a siginfo of a tracee in a
+        // signal-delivery-stop.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _) };
+        rc == 0 && info.si_code == libc::SI_KERNEL
     }
 
     /// Asks `tid` to stop. False if it cannot be stopped (not permitted, gone).
@@ -212,6 +252,26 @@ impl Freezer {
                     self.threads.insert(tid, State::Running);
                 }
             }
+        } else if event == 0 && Some(sig) == self.intercepted {
+            // A signal-delivery-stop is a stop like any other: resuming
+            // with no signal suppresses it.
+            match state {
+                State::Running => {
+                    self.threads.insert(tid, State::Stopped);
+                    self.signal_stopped.push(tid);
+                }
+                State::Stopping { resume: false } => {
+                    // Our interrupt is still pending and is reported after
+                    // the next resume (and then resumed, as Running).
+                    self.threads.insert(tid, State::Stopped);
+                    self.newly_stopped.push(tid);
+                }
+                State::Stopping { resume: true } => {
+                    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+                    self.threads.insert(tid, State::Running);
+                }
+                State::Stopped | State::GroupStopped => {}
+            }
         } else if event == 0 {
             // A signal on its way to the thread: deliver it. A pending stop
             // request is reported again afterwards.
@@ -297,8 +357,14 @@ impl Freezer {
                     self.threads.remove(&tid); // gone
                 } else if pid == tid && info.si_code == libc::CLD_TRAPPED {
                     let event = (code >> 8) & 0xff;
-                    // A signal caught on the way out is delivered with the detach.
-                    let pass = if event == 0 { code & 0xff } else { 0 };
+                    // A signal caught on the way out is delivered with the
+                    // detach, unless an entry trap sent it.
+                    let sig = code & 0xff;
+                    let pass = if event == 0 && Some(sig) != self.intercepted {
+                        sig
+                    } else {
+                        0
+                    };
                     // SAFETY: detaching a stopped tracee.
                     unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass as libc::c_long) };
                     self.threads.remove(&tid);

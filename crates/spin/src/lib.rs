@@ -7,6 +7,7 @@
 //! thread gets its scheduling policy back even if vsched is killed. [`replay`]
 //! tells, from a demoted spinner's last sample, when its wait is over.
 
+pub mod bpf;
 pub mod code;
 pub mod detector;
 pub mod engine;
