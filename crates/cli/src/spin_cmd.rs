@@ -111,7 +111,7 @@ pub struct DetectArgs {
     no_trap_stops: bool,
 
     /// How often the words polled by stopped threads are checked
-    #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "40us", value_parser = parse_duration, allow_hyphen_values = true)]
     watch_period: Duration,
 
     /// Longest hold of a thread whose wait loop replays (a safety net: the

@@ -85,7 +85,7 @@ impl Default for Config {
             kick: true,
             replay: true,
             stop: true,
-            watch_period_ns: 20_000,
+            watch_period_ns: 40_000,
             watched_lease_ns: 20_000_000,
             entry_traps: true,
             trap_stops: true,
