@@ -27,7 +27,11 @@ HOW IT WORKS
   replayed from its sample by a small x86 interpreter reading the program's
   memory. If the loop replays, the thread is stopped (ptrace) and resumed the
   moment the words it polls say its wait is over (checked every
-  --watch-period). Otherwise it is demoted to SCHED_IDLE and restored as soon
+  --watch-period). A hardware breakpoint then watches that loop's entry: the
+  next time the thread comes back to wait there, a BPF program on the
+  breakpoint stops it with SIGURG (never delivered) before it spins (root
+  only; otherwise the breakpoint wakes the detector, which stops it).
+  Otherwise it is demoted to SCHED_IDLE and restored as soon
   as a sample shows it out of its loop, or after --lease. A replay that shows
   a computing loop withdraws the detection.
   Nothing is left behind: the kernel restarts stopped threads if vsched dies,

@@ -26,7 +26,7 @@ impl Spinner {
         let mut child = Command::new("sh")
             .args([
                 "-c",
-                "trap 'echo usr1' USR1; echo ready; while :; do :; done",
+                "trap 'echo usr1' USR1; trap 'echo urg' URG; echo ready; while :; do :; done",
             ])
             .stdout(Stdio::piped())
             .spawn()
@@ -132,6 +132,65 @@ fn stop_resume_signals_and_job_control() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The signal entry traps stop threads with is intercepted: its stop is held
+/// until the engine decides; resumed, the signal is suppressed; passed on, it
+/// is delivered. A kill() says it came from a process, not the kernel.
+#[test]
+fn intercepted_signal_stops_are_held_suppressed_or_passed() {
+    let _guard = serial();
+    let mut sh = Spinner::start();
+    let pid = sh.pid();
+    let mut f = Freezer::new(pid).expect("freezer");
+    // Seize it (a stop and a resume).
+    assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
+    until(&mut f, "the stop", || state(pid).0 == 't');
+    f.resume(pid);
+    until(&mut f, "running again", || state(pid).0 == 'R');
+    f.intercept(libc::SIGURG);
+
+    let signal_stop = |f: &mut Freezer| {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGURG) };
+        let start = Instant::now();
+        let stopped = loop {
+            f.reap();
+            let stopped = f.take_signal_stopped();
+            if !stopped.is_empty() {
+                break stopped;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "no signal stop");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        assert_eq!(stopped, [pid]);
+        assert_eq!(state(pid).0, 't');
+        assert!(!f.signal_from_kernel(pid), "kill() is a process's signal");
+    };
+
+    // Suppressed: the shell never reports it (SIGUSR1, sent next, is the
+    // next line).
+    signal_stop(&mut f);
+    f.resume(pid);
+    until(&mut f, "running again", || state(pid).0 == 'R');
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        f.reap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut line = String::new();
+    sh.out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "usr1", "a suppressed signal was delivered");
+
+    // Passed on: delivered.
+    signal_stop(&mut f);
+    f.pass_signal(pid, libc::SIGURG);
+    until(&mut f, "running again", || state(pid).0 == 'R');
+    line.clear();
+    sh.out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "urg", "a passed signal was not delivered");
+    f.release_all();
 }
 
 /// Run as a child by `exit_while_a_thread_is_stopped`: one thread spins, the
