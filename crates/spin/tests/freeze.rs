@@ -83,15 +83,20 @@ fn until(f: &mut Freezer, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A spinning shell, seized and stopped by a freezer of its own.
+fn stopped_spinner() -> (Spinner, i32, Freezer) {
+    let sh = Spinner::start();
+    let pid = sh.pid();
+    let mut f = Freezer::new(pid).expect("freezer");
+    assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
+    until(&mut f, "the stop", || state(pid).0 == 't');
+    (sh, pid, f)
+}
+
 #[test]
 fn stop_resume_signals_and_job_control() {
     let _guard = serial();
-    let mut sh = Spinner::start();
-    let pid = sh.pid();
-    let mut f = Freezer::new(pid).expect("freezer");
-
-    assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
-    until(&mut f, "the stop", || state(pid).0 == 't');
+    let (mut sh, pid, mut f) = stopped_spinner();
     assert!(f.holds(pid));
 
     // A signal sent while stopped is delivered once the thread runs again.
@@ -140,12 +145,8 @@ fn stop_resume_signals_and_job_control() {
 #[test]
 fn intercepted_signal_stops_are_held_suppressed_or_passed() {
     let _guard = serial();
-    let mut sh = Spinner::start();
-    let pid = sh.pid();
-    let mut f = Freezer::new(pid).expect("freezer");
-    // Seize it (a stop and a resume).
-    assert!(f.stop(pid), "ptrace refused (this test runs as the parent)");
-    until(&mut f, "the stop", || state(pid).0 == 't');
+    // Seized (a stop and a resume).
+    let (mut sh, pid, mut f) = stopped_spinner();
     f.resume(pid);
     until(&mut f, "running again", || state(pid).0 == 'R');
     f.intercept(libc::SIGURG);
