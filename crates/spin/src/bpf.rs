@@ -15,7 +15,7 @@
 //! thread and delivers the signal, which a program without a SIGURG handler
 //! never sees (Go's runtime, which uses SIGURG, tolerates spurious ones).
 //!
-//! The program is three instructions, assembled here rather than compiled:
+//! The program is four instructions, assembled here rather than compiled:
 //! a BPF toolchain (clang, libbpf) would be a heavy dependency for it.
 //! Loading it needs CAP_BPF and CAP_PERFMON (root); without them entry traps
 //! fall back to waking the detector.

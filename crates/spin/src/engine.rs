@@ -897,10 +897,12 @@ impl Engine {
         match ThreadSampler::open_entry_trap(tid, ip) {
             Ok(sampler) => {
                 self.stats.entry_traps += 1;
-                let stops_itself = self
-                    .stop_program
-                    .as_ref()
-                    .is_some_and(|p| p.attach(sampler.fd()).is_ok());
+                // A thread that blocks the trap's signal would never take
+                // it (no stop): its trap only wakes the detector.
+                let stops_itself = self.stop_program.as_ref().is_some_and(|p| {
+                    !threads::blocks_signal(self.pid, tid, TRAP_SIGNAL)
+                        && p.attach(sampler.fd()).is_ok()
+                });
                 self.stats.trap_stops += stops_itself as u64;
                 t.entry = Some(EntryTrap {
                     ip,
@@ -937,33 +939,38 @@ impl Engine {
         }
     }
 
-    /// Threads their entry trap stopped (see `bpf`): keeps those whose wait
-    /// is not over, lets the others go. A stop with no trap sample behind it
-    /// was a signal someone else sent, and is passed on.
+    /// Threads stopped by SIGURG, maybe their entry trap's (see `bpf`):
+    /// keeps those whose wait is not over, lets the others go. The trap's
+    /// signal comes from the kernel with a new trap sample (or just after
+    /// the trap was removed); any other SIGURG (kill(), tgkill()) is passed
+    /// on.
     fn check_trap_stops(&mut self) {
         let Some(f) = &mut self.freezer else { return };
         let stopped = f.take_signal_stopped();
         for tid in stopped {
+            let from_kernel = self
+                .freezer
+                .as_ref()
+                .is_some_and(|f| f.signal_from_kernel(tid));
             let mut newest = None;
             let mut recent_trap = false;
             if let Some(t) = self.threads.get_mut(&tid) {
                 if let Some(e) = t.entry.as_mut().filter(|e| e.stops_itself) {
+                    // Older samples, if any, are of hits whose signal was
+                    // taken elsewhere (see `Freezer::stopped`): stale.
                     e.sampler.drain(|s| newest = Some(s));
                 }
                 recent_trap = now_ns().saturating_sub(t.trap_removed_ns) < TRAP_SIGNAL_GRACE_NS;
             }
             let held = match newest {
-                Some(s) => self.entry_hit(tid, s, true),
-                None => false,
+                Some(s) if from_kernel => self.entry_hit(tid, s, true),
+                _ => false,
             };
             if held {
                 continue;
             }
             let Some(f) = &mut self.freezer else { return };
-            // A signal the trap sent just before it was removed, or one
-            // someone else sent (kill() says who; a kernel-sent SIGURG, for
-            // out-of-band socket data, is rare enough to be taken for ours).
-            if newest.is_some() || (recent_trap && f.signal_from_kernel(tid)) {
+            if from_kernel && (newest.is_some() || recent_trap) {
                 f.resume(tid);
             } else {
                 f.pass_signal(tid, TRAP_SIGNAL);
@@ -979,8 +986,16 @@ impl Engine {
         let Some(t) = self.threads.get_mut(&tid) else {
             return false;
         };
-        // Held already: the hit came before the stop took effect.
+        // Held already: the hit came before the stop took effect. (Or the
+        // thread is demoted, not stopped: a stop by its trap then only cost
+        // it a stop and a resume, like a pass.)
         if t.demotion.is_some() {
+            if let Some(e) = t.entry.as_mut().filter(|_| stopped) {
+                e.passes += 1;
+                if e.wasted() {
+                    self.remove_entry_trap(tid, true);
+                }
+            }
             return false;
         }
         s.tid = tid;

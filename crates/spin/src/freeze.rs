@@ -112,6 +112,12 @@ impl Freezer {
         }
     }
 
+    /// Whether `sig`, which `tid` is stopped on, is an entry trap's: the
+    /// intercepted signal, sent by the kernel.
+    fn trap_signal(&self, tid: i32, sig: i32) -> bool {
+        Some(sig) == self.intercepted && self.signal_from_kernel(tid)
+    }
+
     /// Whether the signal `tid` is stopped on was sent by the kernel (as an
     /// entry trap's is), not by a process (kill, tgkill, sigqueue).
     pub fn signal_from_kernel(&self, tid: i32) -> bool {
@@ -252,26 +258,23 @@ impl Freezer {
                     self.threads.insert(tid, State::Running);
                 }
             }
-        } else if event == 0 && Some(sig) == self.intercepted {
-            // A signal-delivery-stop is a stop like any other: resuming
-            // with no signal suppresses it.
-            match state {
-                State::Running => {
-                    self.threads.insert(tid, State::Stopped);
-                    self.signal_stopped.push(tid);
-                }
-                State::Stopping { resume: false } => {
-                    // Our interrupt is still pending and is reported after
-                    // the next resume (and then resumed, as Running).
-                    self.threads.insert(tid, State::Stopped);
-                    self.newly_stopped.push(tid);
-                }
-                State::Stopping { resume: true } => {
-                    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
-                    self.threads.insert(tid, State::Running);
-                }
-                State::Stopped | State::GroupStopped => {}
-            }
+        } else if event == 0 && Some(sig) == self.intercepted && state == State::Running {
+            // Maybe an entry trap's: held for the engine to judge.
+            self.threads.insert(tid, State::Stopped);
+            self.signal_stopped.push(tid);
+        } else if event == 0
+            && state == (State::Stopping { resume: false })
+            && self.trap_signal(tid, sig)
+        {
+            // A trap's signal raced our interrupt: this is the stop asked
+            // for (the interrupt is reported after the next resume, and
+            // then resumed, as Running).
+            self.threads.insert(tid, State::Stopped);
+            self.newly_stopped.push(tid);
+        } else if event == 0 && self.trap_signal(tid, sig) {
+            // A trap's signal while we are stopping or holding the thread
+            // anyway: suppressed.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
         } else if event == 0 {
             // A signal on its way to the thread: deliver it. A pending stop
             // request is reported again afterwards.
@@ -360,7 +363,7 @@ impl Freezer {
                     // A signal caught on the way out is delivered with the
                     // detach, unless an entry trap sent it.
                     let sig = code & 0xff;
-                    let pass = if event == 0 && Some(sig) != self.intercepted {
+                    let pass = if event == 0 && !self.trap_signal(tid, sig) {
                         sig
                     } else {
                         0

@@ -23,8 +23,42 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// Whether thread `tid` of `pid` blocks signal `sig` (its SigBlk mask in
+/// /proc). Unknown (thread gone) reads as blocked.
+pub fn blocks_signal(pid: i32, tid: i32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_none_or(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_blocked_signals() {
+        let me = std::process::id() as i32;
+        // SAFETY: a signal mask change on a thread of our own, undone below.
+        let (tid, blocked, unblocked) = std::thread::spawn(move || {
+            let tid = unsafe { libc::gettid() };
+            let unblocked = super::blocks_signal(me, tid, libc::SIGURG);
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGURG);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            (tid, super::blocks_signal(me, tid, libc::SIGURG), unblocked)
+        })
+        .join()
+        .unwrap();
+        assert!(blocked && !unblocked);
+        // Gone (joined): unknown, read as blocked.
+        assert!(super::blocks_signal(me, tid, libc::SIGURG));
+    }
+
     #[test]
     fn lists_own_threads() {
         let me = std::process::id() as i32;

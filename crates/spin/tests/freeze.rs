@@ -191,6 +191,34 @@ fn intercepted_signal_stops_are_held_suppressed_or_passed() {
     line.clear();
     sh.out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "urg", "a passed signal was not delivered");
+
+    // A process's SIGURG that is already waiting to be reported when vsched
+    // asks for a stop is delivered, and the stop still happens.
+    unsafe { libc::kill(pid, libc::SIGURG) };
+    let start = Instant::now();
+    while state(pid).0 != 't' {
+        assert!(start.elapsed() < Duration::from_secs(5), "no signal stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(f.stop(pid));
+    let start = Instant::now();
+    loop {
+        f.reap();
+        if state(pid).0 == 't' && f.holds(pid) && !f.take_newly_stopped().is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stop asked for"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(f.take_signal_stopped().is_empty());
+    // The shell reports the signal when it runs again.
+    f.resume(pid);
+    line.clear();
+    sh.out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "urg", "a signal racing a stop was swallowed");
     f.release_all();
 }
 
