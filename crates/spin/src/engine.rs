@@ -286,6 +286,18 @@ struct Tracked {
     last_sample: Option<Sample>,
 }
 
+impl Tracked {
+    /// Removes the thread's entry trap (closing its breakpoint), noting when
+    /// if a stop it signalled may still be on its way.
+    fn take_entry_trap(&mut self, now_ns: u64) -> Option<EntryTrap> {
+        let e = self.entry.take()?;
+        if e.stops_itself {
+            self.trap_removed_ns = now_ns;
+        }
+        Some(e)
+    }
+}
+
 pub struct Engine {
     pid: i32,
     cfg: Config,
@@ -597,9 +609,7 @@ impl Engine {
                 t.sampler.set_period(period);
             }
             // Nothing is stopped while relaxed: a trap would only cost hits.
-            if relax && t.entry.is_some() {
-                t.entry = None;
-                t.trap_removed_ns = now_ns;
+            if relax && t.take_entry_trap(now_ns).is_some() {
                 self.stats.entry_traps_removed += 1;
             }
         }
@@ -890,8 +900,7 @@ impl Engine {
             if e.misses < ENTRY_MOVE_AFTER {
                 return;
             }
-            t.entry = None; // frees its debug register first
-            t.trap_removed_ns = now_ns();
+            t.take_entry_trap(now_ns()); // frees its debug register first
             self.stats.entry_traps_moved += 1;
         }
         match ThreadSampler::open_entry_trap(tid, ip) {
@@ -1059,10 +1068,9 @@ impl Engine {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
-        let Some(e) = t.entry.take() else { return };
-        if e.stops_itself {
-            t.trap_removed_ns = now_ns();
-        }
+        let Some(e) = t.take_entry_trap(now_ns()) else {
+            return;
+        };
         self.stats.entry_traps_removed += 1;
         if for_good {
             if t.untrapped.len() == UNTRAPPED_MEMORY {
