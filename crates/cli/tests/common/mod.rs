@@ -16,6 +16,26 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Records that `test` could not run its real check on this machine and
+/// why, so that a skip is visible: on stderr at once, and appended to the
+/// file named by `VSCHED_SKIP_LOG`, which scripts/test.sh lists at the end.
+/// A skipped test must still have checked whatever it could.
+pub fn skip(test: &str, why: &str) {
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(path) = std::env::var_os("VSCHED_SKIP_LOG") {
+        use std::io::Write;
+        let line = format!("{test}: {why}\n");
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("could not record the skip in {path:?}: {e}");
+        }
+    }
+}
+
 pub fn vsched(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vsched"))
         .args(args)
