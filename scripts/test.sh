@@ -27,6 +27,10 @@ export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 echo "== cargo $(cargo --version)"
 echo "== build"
 cargo build --release --workspace --all-targets
+if ! cargo clippy --version >/dev/null 2>&1; then
+  echo "== installing clippy"
+  rustup component add clippy
+fi
 echo "== lints (clippy, warnings are errors)"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== tests"
