@@ -126,7 +126,7 @@ fn spin(args: SpinBenchArgs) -> Result<bool> {
         bail!("--runs and --episodes must be at least 1");
     }
     crate::signals::catch();
-    let vcpus = vsched_probe::sys::allowed_cpus()?.len();
+    let vcpus = vsched_os::affinity::thread_affinity(0)?.len();
     let exe = std::env::current_exe()?;
     let mut out = SpinBench {
         schema: "vsched.bench-spin",

@@ -176,7 +176,7 @@ pub fn run(args: SyncBenchArgs) -> Result<bool> {
         bail!("--runs must be at least 1");
     }
     crate::signals::catch();
-    let vcpus = vsched_probe::sys::allowed_cpus()?.len();
+    let vcpus = vsched_os::affinity::thread_affinity(0)?.len();
     let vsched = std::env::current_exe()?;
     let program = Program::build()?;
     let cases: Vec<Case> = Case::ALL

@@ -131,7 +131,7 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 /// Checks the requested vCPUs exist, are online and reachable; returns them.
 fn resolve_cpus(requested: Option<&str>, warnings: &mut Vec<String>) -> Result<Vec<u32>> {
     let online = sys::online_cpus().context("reading /sys/devices/system/cpu/online")?;
-    let allowed = sys::allowed_cpus().context("reading this process's CPU affinity")?;
+    let allowed = vsched_os::affinity::thread_affinity(0).context("reading this process's CPU affinity")?;
     match requested {
         Some(list) => {
             let cpus = parse_cpu_list(list)?;

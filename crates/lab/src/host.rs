@@ -10,18 +10,8 @@ use std::path::{Path, PathBuf};
 
 /// Pins a host thread to `cpus`.
 pub fn set_thread_affinity(tid: i32, cpus: &[u32]) -> Result<()> {
-    // SAFETY: cpu_set_t is plain data; the call only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c as usize, &mut set);
-        }
-        if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("pinning thread {tid} to CPUs {cpus:?}"));
-        }
-    }
-    Ok(())
+    vsched_os::affinity::set_thread_affinity(tid, cpus)
+        .with_context(|| format!("pinning thread {tid} to CPUs {cpus:?}"))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! into reports. A one-shot probe is one step; `--watch` is a series of
 //! steps sharing smoothed state (EMA) and the last known topology.
 
-use crate::sys;
+use vsched_os::clock;
 use crate::vcap::{self, SampleConfig};
 use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -247,7 +247,7 @@ impl Session {
     /// CPU spent since the session began, split into light-phase spinning and the rest.
     pub fn overhead(&self) -> Overhead {
         let elapsed_s = self.started.elapsed().as_secs_f64().max(1e-9);
-        let total_ns = sys::process_cpu_ns();
+        let total_ns = clock::process_cpu_ns();
         let light = self.light_cpu_ns.min(total_ns);
         let pct = |ns: u64| (ns as f64 / 1e9 / elapsed_s * 100.0 * 1000.0).round() / 1000.0;
         Overhead {

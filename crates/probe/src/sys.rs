@@ -1,75 +1,18 @@
-//! Thin wrappers over the kernel interfaces the probers use: CPU lists,
-//! affinity, scheduling policy, clocks, per-thread schedstat and per-CPU steal.
+//! The kernel interfaces only the probers use: the online CPU list, the
+//! scheduling class a prober asks for, per-thread schedstat and per-CPU
+//! steal. Clocks, affinity and scheduling calls shared with other crates
+//! are vsched-os's.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use vsched_model::cpulist::parse_cpu_list;
-
-/// CLOCK_MONOTONIC in ns (vDSO: no system call on x86 with a TSC clocksource).
-#[inline]
-pub fn now_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CPU time of the calling thread, as the guest kernel accounts it.
-pub fn thread_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// CPU time of the whole process (all threads, living and ended).
-pub fn process_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
-}
+use vsched_os::sched::{set_nice, set_scheduler};
 
 /// Online CPUs according to sysfs.
 pub fn online_cpus() -> io::Result<Vec<u32>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
     parse_cpu_list(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-/// CPUs this process may run on (its affinity mask: cpusets, containers, taskset).
-pub fn allowed_cpus() -> io::Result<Vec<u32>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((0..libc::CPU_SETSIZE as u32)
-            .filter(|&c| libc::CPU_ISSET(c as usize, &set))
-            .collect())
-    }
-}
-
-/// Pins the calling thread to one CPU.
-pub fn pin_current_thread(cpu: u32) -> io::Result<()> {
-    set_current_thread_affinity(&[cpu])
-}
-
-/// Sets the calling thread's affinity mask.
-pub fn set_current_thread_affinity(cpus: &[u32]) -> io::Result<()> {
-    // SAFETY: as above.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c as usize, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// Scheduling class a prober asks for.
@@ -90,38 +33,19 @@ pub fn apply_policy(policy: Policy) -> String {
                 "SCHED_IDLE".to_string()
             } else {
                 // Not expected on Linux; nice 19 is the next best thing.
-                set_nice(19);
+                let _ = set_nice(19);
                 "nice:19 (SCHED_IDLE refused)".to_string()
             }
         }
         Policy::High => {
             if set_scheduler(libc::SCHED_FIFO, 1).is_ok() {
                 "SCHED_FIFO:1".to_string()
-            } else if set_scheduler(libc::SCHED_OTHER, 0).is_ok() && set_nice(-20) {
+            } else if set_scheduler(libc::SCHED_OTHER, 0).is_ok() && set_nice(-20).is_ok() {
                 "nice:-20".to_string()
             } else {
                 "normal (no privilege for SCHED_FIFO or negative nice)".to_string()
             }
         }
-    }
-}
-
-fn set_scheduler(policy: libc::c_int, priority: libc::c_int) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: pid 0 = calling thread; param is valid.
-    if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn set_nice(nice: libc::c_int) -> bool {
-    // SAFETY: on Linux, PRIO_PROCESS with the thread id sets one thread's nice.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
     }
 }
 
@@ -199,12 +123,8 @@ mod tests {
     fn real_system_interfaces_answer() {
         let online = online_cpus().unwrap();
         assert!(!online.is_empty());
-        assert!(!allowed_cpus().unwrap().is_empty());
         assert!(steal_ns(online[0]).is_some());
         let mut s = SchedStat::open_current_thread().unwrap();
         let _ = s.run_delay_ns();
-        let a = now_ns();
-        assert!(now_ns() >= a);
-        assert!(thread_cpu_ns() > 0);
     }
 }

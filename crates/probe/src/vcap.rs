@@ -7,6 +7,7 @@
 //! unprivileged thread may lower its priority but not raise it again.
 
 use crate::sys::{self, Policy, SchedStat};
+use vsched_os::{affinity, clock};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -77,7 +78,7 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) 
         })
         .collect();
     let barrier = Arc::new(Barrier::new(usable.len()));
-    let start = sys::now_ns();
+    let start = clock::monotonic_ns();
     let handles: Vec<_> = usable
         .iter()
         .map(|&cpu| {
@@ -92,7 +93,7 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) 
     let total = (cfg.light_ns + cfg.heavy_ns).max(1);
     if let Some(progress) = progress {
         while !handles.iter().all(|h| h.is_finished()) {
-            progress(((sys::now_ns() - start) as f64 / total as f64).min(1.0));
+            progress(((clock::monotonic_ns() - start) as f64 / total as f64).min(1.0));
             thread::sleep(Duration::from_millis(100));
         }
     }
@@ -128,13 +129,13 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) 
 }
 
 fn can_pin(cpu: u32) -> std::io::Result<()> {
-    thread::scope(|s| s.spawn(|| sys::pin_current_thread(cpu)).join().unwrap())
+    thread::scope(|s| s.spawn(|| affinity::pin_current_thread(cpu)).join().unwrap())
 }
 
 fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
     // Every prober must reach every barrier, even one that cannot measure
     // (its CPU left our cpuset since the check), or the others wait forever.
-    let pinned = sys::pin_current_thread(cpu).is_ok();
+    let pinned = affinity::pin_current_thread(cpu).is_ok();
     let mut r = ProberResult {
         light: None,
         heavy: None,
@@ -147,9 +148,9 @@ fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
         r.heavy_policy = sys::apply_policy(Policy::High);
         barrier.wait();
         if pinned {
-            let c0 = sys::thread_cpu_ns();
+            let c0 = clock::thread_cpu_ns();
             r.heavy = Some(window(cpu, Phase::Heavy, cfg.heavy_ns, cfg.detect_ns));
-            r.heavy_cpu_ns = sys::thread_cpu_ns() - c0;
+            r.heavy_cpu_ns = clock::thread_cpu_ns() - c0;
         }
     }
     if cfg.light_ns > 0 {
@@ -158,9 +159,9 @@ fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
         barrier.wait();
         r.light_policy = sys::apply_policy(Policy::Idle);
         if pinned {
-            let c0 = sys::thread_cpu_ns();
+            let c0 = clock::thread_cpu_ns();
             r.light = Some(window(cpu, Phase::Light, cfg.light_ns, cfg.detect_ns));
-            r.light_cpu_ns = sys::thread_cpu_ns() - c0;
+            r.light_cpu_ns = clock::thread_cpu_ns() - c0;
         }
     }
     r
@@ -200,16 +201,16 @@ fn units_per_batch(cpu: u32, detect_ns: u64) -> u64 {
     let mut per_unit = u64::MAX;
     let mut per_read = u64::MAX;
     for _ in 0..5 {
-        let t = sys::now_ns();
+        let t = clock::monotonic_ns();
         for _ in 0..PROBE {
             state = work_unit(state);
         }
-        let t1 = sys::now_ns();
+        let t1 = clock::monotonic_ns();
         for _ in 0..PROBE {
-            black_box(sys::now_ns());
+            black_box(clock::monotonic_ns());
         }
         per_unit = per_unit.min((t1 - t) / PROBE);
-        per_read = per_read.min((sys::now_ns() - t1) / PROBE);
+        per_read = per_read.min((clock::monotonic_ns() - t1) / PROBE);
     }
     batch_units(per_unit, per_read, detect_ns)
 }
@@ -230,10 +231,10 @@ const MAX_SPLIT_TRIES: u32 = 4;
 fn split_cost_ns(sched: &mut Option<SchedStat>) -> u64 {
     (0..5)
         .map(|_| {
-            let t = sys::now_ns();
+            let t = clock::monotonic_ns();
             black_box(sched.as_mut().map_or(0, |s| s.run_delay_ns()));
-            black_box(sys::thread_cpu_ns());
-            sys::now_ns() - t
+            black_box(clock::thread_cpu_ns());
+            clock::monotonic_ns() - t
         })
         .min()
         .unwrap_or(0)
@@ -280,8 +281,8 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ cpu as u64;
 
     let mut last_rd = run_delay(&mut sched);
-    let mut last_cpu = sys::thread_cpu_ns();
-    let t0 = sys::now_ns();
+    let mut last_cpu = clock::thread_cpu_ns();
+    let t0 = clock::monotonic_ns();
     let end = t0 + window_ns;
     let mut last = t0;
     let mut resumed = t0;
@@ -293,7 +294,7 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             state = work_unit(state);
         }
         units += batch;
-        let t = sys::now_ns();
+        let t = clock::monotonic_ns();
         if t - chunk.0 >= SPEED_CHUNK_NS && t - last <= detect_ns {
             chunk_rates.push((units - chunk.1) as f64 / ((t - chunk.0) as f64 / 1_000.0));
             chunk = (t, units);
@@ -302,8 +303,8 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             let (end, rd, c) = split_gap(
                 t,
                 split_limit,
-                || (run_delay(&mut sched), sys::thread_cpu_ns()),
-                sys::now_ns,
+                || (run_delay(&mut sched), clock::thread_cpu_ns()),
+                clock::monotonic_ns,
             );
             gaps.push(Gap::from_deltas(
                 last - t0,
@@ -315,7 +316,7 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
             last_rd = rd;
             last_cpu = c;
             // What the final reads took is left out: restart the clock after them.
-            last = sys::now_ns();
+            last = clock::monotonic_ns();
             resumed = last;
             chunk = (last, units);
         } else {

@@ -7,6 +7,7 @@
 //! vCPUs ever ran at the same time (stacked vCPUs cannot).
 
 use crate::sys::{self, Policy};
+use vsched_os::{affinity, clock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -226,7 +227,7 @@ fn run_parallel(pairs: &[(u32, u32)], window_ns: u64, target: u64) -> Vec<PairPr
 /// Pins and raises the calling thread; on failure marks the pair's result
 /// void (never panics: the partner and the other pairs wait at a barrier).
 fn prepare(cpu: u32, failed: &AtomicBool) {
-    if sys::pin_current_thread(cpu).is_err() {
+    if affinity::pin_current_thread(cpu).is_err() {
         failed.store(true, Ordering::Relaxed);
     }
     sys::apply_policy(Policy::High);
@@ -258,7 +259,7 @@ fn initiate(
 ) -> PairProbe {
     prepare(a, failed);
     barrier.wait();
-    let start = sys::now_ns();
+    let start = clock::monotonic_ns();
     let end = start + window_ns;
     let mut expect = 0u64;
     let mut batch_start = start;
@@ -273,7 +274,7 @@ fn initiate(
             expect += 2;
             // Every return of our turn is two more transfers; time them in batches.
             if expect - batch_first >= BATCH {
-                now = sys::now_ns();
+                now = clock::monotonic_ns();
                 let per = (now - batch_start) as f64 / (expect - batch_first) as f64;
                 // A batch this quick means both vCPUs ran throughout it.
                 if per < FAST_TRANSFER_NS as f64 {
@@ -291,7 +292,7 @@ fn initiate(
             spins = spins.wrapping_add(1);
             // Check the clock now and then so that a stacked pair still ends.
             if spins % 256 == 0 {
-                now = sys::now_ns();
+                now = clock::monotonic_ns();
                 if now >= end {
                     break;
                 }

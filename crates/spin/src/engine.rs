@@ -10,7 +10,9 @@ use crate::perf::{OpenError, ThreadSampler};
 use crate::replay::{ProcessMemory, Replay, Replayer, Snapshot, Word};
 use crate::sample::now_ns;
 use crate::sample::Sample;
-use crate::sched::{self, SchedAttr};
+use crate::sched::demoted;
+use vsched_os::load::{self as loadavg, Loadavg};
+use vsched_os::sched::{self, SchedAttr};
 use crate::threads;
 use crate::watchdog::Watchdog;
 use serde::{Deserialize, Serialize};
@@ -331,7 +333,8 @@ pub struct Engine {
 /// Whether the system has more runnable threads than vCPUs, from
 /// /proc/loadavg's count of runnable tasks, re-read at most every 1 ms.
 struct Load {
-    cpus: usize,
+    loadavg: Option<Loadavg>,
+    vcpus: u64,
     checked_ns: u64,
     over: bool,
     /// Threads we stopped: not runnable for the kernel, yet each wants a vCPU.
@@ -340,10 +343,9 @@ struct Load {
 
 impl Load {
     fn new() -> Load {
-        // SAFETY: plain sysconf query.
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         Load {
-            cpus,
+            loadavg: Loadavg::open().ok(),
+            vcpus: loadavg::online_vcpus(),
             checked_ns: 0,
             over: true,
             held: 0,
@@ -353,31 +355,15 @@ impl Load {
     fn oversubscribed(&mut self, now_ns: u64) -> bool {
         if now_ns.saturating_sub(self.checked_ns) >= 1_000_000 {
             self.checked_ns = now_ns;
-            if let Some(running) = std::fs::read_to_string("/proc/loadavg")
-                .ok()
-                .and_then(|t| runnable_tasks(&t))
-            {
-                // The detector itself is running while it reads; and one
-                // more runnable task than vCPUs is tolerated, since a
-                // passing kernel worker or shell command must not switch
-                // a program with one thread per vCPU into demotions and
-                // fast sampling (measured: OpenMP at 1x ran 3x slower).
-                self.over = running.saturating_sub(1) + self.held > self.cpus + 1;
+            if let Some(running) = self.loadavg.and_then(|l| l.runnable()) {
+                // The detector itself is running while it reads: leave it
+                // out. Held threads want a vCPU the kernel does not count.
+                let wanting = running.saturating_sub(1) + self.held as u64;
+                self.over = loadavg::oversubscribed(wanting, self.vcpus, loadavg::DETECTOR_SLACK);
             }
         }
         self.over
     }
-}
-
-/// The "running" half of /proc/loadavg's fourth field ("3/120").
-fn runnable_tasks(loadavg: &str) -> Option<usize> {
-    loadavg
-        .split_whitespace()
-        .nth(3)?
-        .split('/')
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Addresses remembered as not waits before the set is cleared.
@@ -833,7 +819,7 @@ impl Engine {
             self.stats.sched_failures += 1;
             return;
         }
-        match sched::set_or_plain(tid, &sched::demoted(self.cfg.slice_ns)) {
+        match sched::set_or_plain(tid, &demoted(self.cfg.slice_ns)) {
             Ok(()) => {
                 self.stats.demotions += 1;
                 self.stats.watched_demotions += watch.is_some() as u64;
@@ -1255,7 +1241,7 @@ impl Engine {
     /// Forces a reschedule of a running demoted thread: raising the current
     /// task's priority number is a change the kernel acts on immediately.
     fn kick(&mut self, tid: i32) {
-        let demoted = sched::demoted(self.cfg.slice_ns);
+        let demoted = demoted(self.cfg.slice_ns);
         let step = SchedAttr {
             nice: demoted.nice - 1,
             ..demoted
@@ -1422,14 +1408,5 @@ mod tests {
         // Short stops count against the trap, not for it.
         assert!(trap_wasted(0, 40, 40));
         assert!(!trap_wasted(0, 10, 40));
-    }
-
-    #[test]
-    fn parses_runnable_tasks() {
-        assert_eq!(
-            super::runnable_tasks("0.50 0.40 0.30 3/120 1234\n"),
-            Some(3)
-        );
-        assert_eq!(super::runnable_tasks("garbage"), None);
     }
 }

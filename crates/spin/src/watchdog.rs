@@ -7,7 +7,7 @@
 //! as demoted, then exits. It runs in its own process group so a terminal's
 //! Ctrl-C does not kill it before it has done that.
 
-use crate::sched::{self, SchedAttr};
+use vsched_os::sched::{self, SchedAttr};
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use vsched_os::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
 /// Probes measure the whole machine: two at once would disturb each other,
 /// so every test that runs one holds this lock.
@@ -48,30 +49,6 @@ pub fn online_cpus() -> Vec<u32> {
     vsched_model::cpulist::parse_cpu_list(&text).unwrap()
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn sleep_until_ns(t: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t / 1_000_000_000) as i64,
-        tv_nsec: (t % 1_000_000_000) as i64,
-    };
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
-}
-
 /// A SCHED_FIFO thread that occupies one vCPU for `on` of every `period`,
 /// standing in for a hypervisor that switches the vCPU off. It stops when
 /// dropped (also when the test panics) and in any case after `max_life`.
@@ -85,30 +62,25 @@ impl NoisyNeighbour {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu as usize, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err("cannot pin the neighbour".to_string());
-                }
-                let param = libc::sched_param { sched_priority: 50 };
-                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
-                    return Err(
-                        "SCHED_FIFO refused: the noisy-neighbour tests need root or CAP_SYS_NICE"
-                            .to_string(),
-                    );
-                }
+            if vsched_os::affinity::pin_current_thread(cpu).is_err() {
+                return Err("cannot pin the neighbour".to_string());
+            }
+            if vsched_os::sched::set_scheduler(libc::SCHED_FIFO, 50).is_err() {
+                return Err(
+                    "SCHED_FIFO refused: the noisy-neighbour tests need root or CAP_SYS_NICE"
+                        .to_string(),
+                );
             }
             let deadline = Instant::now() + max_life;
             let (on, period) = (on.as_nanos() as u64, period.as_nanos() as u64);
-            let mut next = now_ns();
+            let mut next = monotonic_ns();
             while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let busy_until = next + on;
-                while now_ns() < busy_until {
+                while monotonic_ns() < busy_until {
                     std::hint::spin_loop();
                 }
                 next += period;
-                sleep_until_ns(next);
+                sleep_until_monotonic_ns(next);
             }
             Ok(())
         });
