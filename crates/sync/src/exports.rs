@@ -4,7 +4,18 @@
 //!
 //! `extern "C-unwind"`: a cancellation (a forced unwind) may pass through
 //! the cancellation points among them (see cancel.rs).
+//!
+//! # Safety contract
+//! Every export has the contract of the POSIX function it replaces, and no
+//! more: object pointers point to live objects of the named pthread/sem
+//! type (initialised where POSIX requires it), attribute pointers are null
+//! or point to initialised attributes, `abstime` points to a timespec. A
+//! caller that breaks it has undefined behaviour under glibc too. The
+//! runtime's view of each object is an `Overlay` of glibc's storage, whose
+//! size and alignment are checked at compile time.
 
+// The contract is POSIX's and stated once above rather than on each of the
+// fifty exports.
 #![allow(clippy::missing_safety_doc)]
 
 use crate::barrier::RawBarrier;
@@ -23,21 +34,44 @@ use libc::{
     pthread_spinlock_t, sem_t, timespec,
 };
 
-// The runtime's views must fit inside glibc's objects.
-const _: () = {
-    use core::mem::size_of;
-    assert!(size_of::<RawMutex>() <= size_of::<pthread_mutex_t>());
-    assert!(size_of::<RawCond>() <= size_of::<pthread_cond_t>());
-    assert!(size_of::<RawBarrier>() <= size_of::<pthread_barrier_t>());
-    assert!(size_of::<RawRwLock>() <= size_of::<pthread_rwlock_t>());
-    assert!(size_of::<RawSpin>() <= size_of::<pthread_spinlock_t>());
-    assert!(size_of::<RawSem>() <= size_of::<sem_t>());
-};
-
+/// A runtime type that lives inside the storage of glibc's object `C`.
+///
 /// # Safety
-/// `p` must point to a live object at least as large and aligned as `T`.
-unsafe fn view<'a, T, U>(p: *mut U) -> &'a T {
-    unsafe { &*(p as *const T) }
+/// Implement only through `overlay!`, which checks that `Self` fits in `C`
+/// and needs no stricter alignment; `Self` must consist of atomics only, so
+/// that any bytes a program left in its object are a valid `Self` and
+/// shared references from several threads may alias.
+unsafe trait Overlay<C> {}
+
+macro_rules! overlay {
+    ($raw:ty, $c:ty) => {
+        const _: () = {
+            assert!(core::mem::size_of::<$raw>() <= core::mem::size_of::<$c>());
+            assert!(core::mem::align_of::<$raw>() <= core::mem::align_of::<$c>());
+        };
+        // SAFETY: size and alignment are asserted just above; the type is
+        // made of atomics (see its definition).
+        unsafe impl Overlay<$c> for $raw {}
+    };
+}
+
+overlay!(RawMutex, pthread_mutex_t);
+overlay!(RawCond, pthread_cond_t);
+overlay!(RawBarrier, pthread_barrier_t);
+overlay!(RawRwLock, pthread_rwlock_t);
+overlay!(RawSpin, pthread_spinlock_t);
+overlay!(RawSem, sem_t);
+
+/// The runtime's view of the caller's object.
+///
+/// # Safety
+/// `p` must point to a live `C` for `'a` (the export's POSIX contract).
+unsafe fn view<'a, T: Overlay<C>, C>(p: *mut C) -> &'a T {
+    debug_assert!(p.is_aligned(), "misaligned pthread object {p:p}");
+    // SAFETY: `p` points to a live `C` (caller); `T` fits in `C` in size and
+    // alignment and is made of atomics (`Overlay`), so a shared reference
+    // is valid whatever the object holds and whoever else views it.
+    unsafe { &*p.cast::<T>() }
 }
 
 fn set_errno(e: c_int) -> c_int {
@@ -70,18 +104,22 @@ pub unsafe extern "C-unwind" fn pthread_mutex_init(
     a: *const pthread_mutexattr_t,
 ) -> c_int {
     // glibc validates the attributes and writes the kind; the rest is zero.
+    // SAFETY: forwarded unchanged to glibc under the same contract.
     unsafe { real::mutex_init(m, a) }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: forwarded unchanged to glibc under the same contract.
     unsafe { real::mutex_destroy(m) }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: the caller passes a live mutex (the export's contract).
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
+        // SAFETY: forwarded unchanged to glibc under the same contract.
         return unsafe { real::mutex_lock(m) };
     }
     raw.lock(None)
@@ -89,8 +127,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: the caller passes a live mutex (the export's contract).
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
+        // SAFETY: forwarded unchanged to glibc under the same contract.
         return unsafe { real::mutex_trylock(m) };
     }
     raw.trylock()
@@ -101,8 +141,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_timedlock(
     m: *mut pthread_mutex_t,
     at: *const timespec,
 ) -> c_int {
+    // SAFETY: the caller passes a live mutex (the export's contract).
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
+        // SAFETY: forwarded unchanged to glibc under the same contract.
         return unsafe { real::mutex_timedlock(m, at) };
     }
     raw.lock(Some(timed(libc::CLOCK_REALTIME, at)))
@@ -114,8 +156,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_clocklock(
     clock: clockid_t,
     at: *const timespec,
 ) -> c_int {
+    // SAFETY: the caller passes a live mutex (the export's contract).
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
+        // SAFETY: forwarded unchanged to glibc under the same contract.
         return unsafe { real::mutex_clocklock(m, clock, at) };
     }
     if !clock_supported(clock) {
@@ -126,8 +170,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_clocklock(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: the caller passes a live mutex (the export's contract).
     let raw: &RawMutex = unsafe { view(m) };
     if raw.handled_by_glibc() {
+        // SAFETY: forwarded unchanged to glibc under the same contract.
         return unsafe { real::mutex_unlock(m) };
     }
     raw.unlock()
@@ -140,7 +186,8 @@ struct WaitMutex(*mut pthread_mutex_t);
 
 impl WaitMutex {
     fn raw(&self) -> &RawMutex {
-        // SAFETY: the caller of pthread_cond_wait passes a live mutex.
+        // SAFETY: WaitMutex is only made from the mutex a caller of
+        // pthread_cond_*wait passes, live for the whole wait.
         unsafe { view(self.0) }
     }
 }
@@ -175,6 +222,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
     let mut flags = 0;
     if !a.is_null() {
         let (mut clock, mut pshared): (clockid_t, c_int) = (libc::CLOCK_REALTIME, 0);
+        // SAFETY: a non-null attribute object the caller initialised, and locals to write to.
         unsafe {
             libc::pthread_condattr_getclock(a, &mut clock);
             libc::pthread_condattr_getpshared(a, &mut pshared);
@@ -186,7 +234,9 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
             flags |= crate::cond::FLAG_SHARED;
         }
     }
+    // SAFETY: init may overwrite the whole object, which the caller passes writable.
     unsafe { core::ptr::write_bytes(c, 0, 1) };
+    // SAFETY: the object was zeroed just above, a valid (unlocked, empty) state.
     let raw: &RawCond = unsafe { view(c) };
     raw.flags.store(flags, Relaxed);
     0
@@ -194,6 +244,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     unsafe { view::<RawCond, _>(c) }.destroy();
     0
 }
@@ -203,6 +254,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_wait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
 ) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     let raw: &RawCond = unsafe { view(c) };
     raw.wait(&WaitMutex(m), None)
 }
@@ -213,6 +265,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_timedwait(
     m: *mut pthread_mutex_t,
     at: *const timespec,
 ) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     let raw: &RawCond = unsafe { view(c) };
     match timed(raw.clock(), at) {
         Ok(d) => raw.wait(&WaitMutex(m), Some(&d)),
@@ -227,6 +280,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
     clock: clockid_t,
     at: *const timespec,
 ) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     let raw: &RawCond = unsafe { view(c) };
     match timed(clock, at) {
         Ok(d) => raw.wait(&WaitMutex(m), Some(&d)),
@@ -236,12 +290,14 @@ pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     unsafe { view::<RawCond, _>(c) }.signal();
     0
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
+    // SAFETY: the caller passes a live condition variable (the export's contract).
     unsafe { view::<RawCond, _>(c) }.broadcast();
     0
 }
@@ -260,9 +316,12 @@ pub unsafe extern "C-unwind" fn pthread_barrier_init(
     }
     let mut pshared: c_int = 0;
     if !a.is_null() {
+        // SAFETY: a non-null attribute object the caller initialised.
         unsafe { libc::pthread_barrierattr_getpshared(a, &mut pshared) };
     }
+    // SAFETY: init may overwrite the whole object, which the caller passes writable.
     unsafe { core::ptr::write_bytes(b, 0, 1) };
+    // SAFETY: the object was zeroed just above, a valid (unlocked, empty) state.
     let raw: &RawBarrier = unsafe { view(b) };
     raw.count.store(count, Relaxed);
     if pshared == libc::PTHREAD_PROCESS_SHARED {
@@ -273,11 +332,13 @@ pub unsafe extern "C-unwind" fn pthread_barrier_init(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_barrier_destroy(b: *mut pthread_barrier_t) -> c_int {
+    // SAFETY: the caller passes a live barrier (the export's contract).
     unsafe { view::<RawBarrier, _>(b) }.destroy()
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int {
+    // SAFETY: the caller passes a live barrier (the export's contract).
     if unsafe { view::<RawBarrier, _>(b) }.wait() {
         libc::PTHREAD_BARRIER_SERIAL_THREAD
     } else {
@@ -292,7 +353,8 @@ pub unsafe extern "C-unwind" fn pthread_spin_init(
     s: *mut pthread_spinlock_t,
     _pshared: c_int,
 ) -> c_int {
-    unsafe { view::<RawSpin, _>(s) }.word.store(0, Relaxed);
+    // SAFETY: init may overwrite the whole object, which the caller passes writable.
+    unsafe { core::ptr::write_bytes(s, 0, 1) };
     0
 }
 
@@ -303,12 +365,14 @@ pub unsafe extern "C-unwind" fn pthread_spin_destroy(_s: *mut pthread_spinlock_t
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_spin_lock(s: *mut pthread_spinlock_t) -> c_int {
+    // SAFETY: the caller passes a live spinlock (the export's contract).
     unsafe { view::<RawSpin, _>(s) }.lock();
     0
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_spin_trylock(s: *mut pthread_spinlock_t) -> c_int {
+    // SAFETY: the caller passes a live spinlock (the export's contract).
     if unsafe { view::<RawSpin, _>(s) }.trylock() {
         0
     } else {
@@ -318,6 +382,7 @@ pub unsafe extern "C-unwind" fn pthread_spin_trylock(s: *mut pthread_spinlock_t)
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_spin_unlock(s: *mut pthread_spinlock_t) -> c_int {
+    // SAFETY: the caller passes a live spinlock (the export's contract).
     unsafe { view::<RawSpin, _>(s) }.unlock();
     0
 }
@@ -335,12 +400,15 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_init(
 ) -> c_int {
     let (mut kind, mut pshared): (c_int, c_int) = (0, 0);
     if !a.is_null() {
+        // SAFETY: a non-null attribute object the caller initialised, and locals to write to.
         unsafe {
             pthread_rwlockattr_getkind_np(a, &mut kind);
             libc::pthread_rwlockattr_getpshared(a, &mut pshared);
         }
     }
+    // SAFETY: init may overwrite the whole object, which the caller passes writable.
     unsafe { core::ptr::write_bytes(rw, 0, 1) };
+    // SAFETY: the object was zeroed just above, a valid (unlocked, empty) state.
     let raw: &RawRwLock = unsafe { view(rw) };
     raw.kind.store(kind as u32, Relaxed);
     raw.shared
@@ -360,11 +428,13 @@ fn rw_timed(clock: clockid_t, at: *const timespec) -> Result<Deadline, c_int> {
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_rdlock(rw: *mut pthread_rwlock_t) -> c_int {
+    // SAFETY: the caller passes a live rwlock (the export's contract).
     unsafe { view::<RawRwLock, _>(rw) }.rdlock(None)
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_tryrdlock(rw: *mut pthread_rwlock_t) -> c_int {
+    // SAFETY: the caller passes a live rwlock (the export's contract).
     unsafe { view::<RawRwLock, _>(rw) }.tryrdlock()
 }
 
@@ -374,6 +444,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_timedrdlock(
     at: *const timespec,
 ) -> c_int {
     match rw_timed(libc::CLOCK_REALTIME, at) {
+        // SAFETY: the caller passes a live rwlock (the export's contract).
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.rdlock(Some(Ok(d))),
         Err(e) => e,
     }
@@ -386,6 +457,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_clockrdlock(
     at: *const timespec,
 ) -> c_int {
     match rw_timed(clock, at) {
+        // SAFETY: the caller passes a live rwlock (the export's contract).
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.rdlock(Some(Ok(d))),
         Err(e) => e,
     }
@@ -393,11 +465,13 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_clockrdlock(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_wrlock(rw: *mut pthread_rwlock_t) -> c_int {
+    // SAFETY: the caller passes a live rwlock (the export's contract).
     unsafe { view::<RawRwLock, _>(rw) }.wrlock(None)
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_trywrlock(rw: *mut pthread_rwlock_t) -> c_int {
+    // SAFETY: the caller passes a live rwlock (the export's contract).
     unsafe { view::<RawRwLock, _>(rw) }.trywrlock()
 }
 
@@ -407,6 +481,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_timedwrlock(
     at: *const timespec,
 ) -> c_int {
     match rw_timed(libc::CLOCK_REALTIME, at) {
+        // SAFETY: the caller passes a live rwlock (the export's contract).
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.wrlock(Some(Ok(d))),
         Err(e) => e,
     }
@@ -419,6 +494,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_clockwrlock(
     at: *const timespec,
 ) -> c_int {
     match rw_timed(clock, at) {
+        // SAFETY: the caller passes a live rwlock (the export's contract).
         Ok(d) => unsafe { view::<RawRwLock, _>(rw) }.wrlock(Some(Ok(d))),
         Err(e) => e,
     }
@@ -426,6 +502,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_clockwrlock(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(rw: *mut pthread_rwlock_t) -> c_int {
+    // SAFETY: the caller passes a live rwlock (the export's contract).
     unsafe { view::<RawRwLock, _>(rw) }.unlock()
 }
 
@@ -436,7 +513,9 @@ pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c
     if value > VALUE_MAX {
         return set_errno(libc::EINVAL);
     }
+    // SAFETY: init may overwrite the whole object, which the caller passes writable.
     unsafe { core::ptr::write_bytes(s, 0, 1) };
+    // SAFETY: the object was zeroed just above, a valid (unlocked, empty) state.
     let raw: &RawSem = unsafe { view(s) };
     raw.value.store(value, Relaxed);
     raw.private.store(
@@ -452,6 +531,7 @@ pub unsafe extern "C-unwind" fn sem_init(s: *mut sem_t, pshared: c_int, value: c
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_destroy(s: *mut sem_t) -> c_int {
+    // SAFETY: the caller passes a live semaphore (the export's contract).
     unsafe { view::<RawSem, _>(s) }.destroy();
     0
 }
@@ -466,11 +546,13 @@ fn sem_result(e: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_wait(s: *mut sem_t) -> c_int {
+    // SAFETY: the caller passes a live semaphore (the export's contract).
     sem_result(unsafe { view::<RawSem, _>(s) }.wait(None))
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_trywait(s: *mut sem_t) -> c_int {
+    // SAFETY: the caller passes a live semaphore (the export's contract).
     if unsafe { view::<RawSem, _>(s) }.try_wait() {
         0
     } else {
@@ -481,6 +563,7 @@ pub unsafe extern "C-unwind" fn sem_trywait(s: *mut sem_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_timedwait(s: *mut sem_t, at: *const timespec) -> c_int {
     match timed(libc::CLOCK_REALTIME, at) {
+        // SAFETY: the caller passes a live semaphore (the export's contract).
         Ok(d) => sem_result(unsafe { view::<RawSem, _>(s) }.wait(Some(&d))),
         Err(_) => set_errno(libc::EINVAL),
     }
@@ -493,6 +576,7 @@ pub unsafe extern "C-unwind" fn sem_clockwait(
     at: *const timespec,
 ) -> c_int {
     match timed(clock, at) {
+        // SAFETY: the caller passes a live semaphore (the export's contract).
         Ok(d) => sem_result(unsafe { view::<RawSem, _>(s) }.wait(Some(&d))),
         Err(_) => set_errno(libc::EINVAL),
     }
@@ -500,11 +584,13 @@ pub unsafe extern "C-unwind" fn sem_clockwait(
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_post(s: *mut sem_t) -> c_int {
+    // SAFETY: the caller passes a live semaphore (the export's contract).
     sem_result(unsafe { view::<RawSem, _>(s) }.post())
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_getvalue(s: *mut sem_t, value: *mut c_int) -> c_int {
+    // SAFETY: a live semaphore and a writable int, as sem_getvalue requires.
     unsafe { *value = view::<RawSem, _>(s).value.load(Relaxed) as c_int };
     0
 }

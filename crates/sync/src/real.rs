@@ -39,6 +39,7 @@ macro_rules! real {
                 let f = lookup(&$cache, $c);
                 // SAFETY: f is glibc's function with exactly this signature.
                 let f: unsafe extern "C" fn($($ty),*) -> c_int = unsafe { core::mem::transmute(f) };
+                // SAFETY: the caller guarantees what glibc's function requires.
                 unsafe { f($($arg),*) }
             }
         )*
