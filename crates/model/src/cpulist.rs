@@ -1,25 +1,12 @@
 //! CPU list syntax as the kernel writes it (`0-3,8,10-11`), parsed and printed.
 
-use std::fmt;
-
 /// Why a CPU list could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed CPU list {input:?}: {reason} (expected e.g. \"0-3,6\")")]
 pub struct CpuListError {
     pub input: String,
     pub reason: String,
 }
-
-impl fmt::Display for CpuListError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "malformed CPU list {:?}: {} (expected e.g. \"0-3,6\")",
-            self.input, self.reason
-        )
-    }
-}
-
-impl std::error::Error for CpuListError {}
 
 /// Largest CPU id accepted; Linux's NR_CPUS tops out at 8192.
 const MAX_CPU_ID: u32 = 8191;
