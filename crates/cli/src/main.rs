@@ -9,7 +9,6 @@ mod progress;
 mod render;
 mod signals;
 mod spin_cmd;
-mod wake_cost;
 mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
