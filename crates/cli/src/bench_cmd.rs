@@ -104,11 +104,7 @@ fn spin(args: SpinBenchArgs, harness: &Harness) -> Result<bool> {
     for why in &out.skipped {
         eprintln!("vsched bench: note: {why}");
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print_tables(&out);
-    }
+    crate::render::json_or_table(args.json, &out, print_tables)?;
     Ok(true)
 }
 
@@ -126,7 +122,7 @@ fn print_tables(b: &SpinBench) {
                 l.lock,
                 l.episodes,
                 l.detected,
-                100.0 * l.detected as f64 / l.episodes.max(1) as f64,
+                100.0 * l.detection_rate(),
                 l.median_detection_us
             );
         }
@@ -141,7 +137,7 @@ fn print_tables(b: &SpinBench) {
                 k.kernel,
                 k.windows,
                 k.false_positives,
-                100.0 * (1.0 - k.false_positives as f64 / k.windows.max(1) as f64),
+                100.0 * k.specificity(),
                 k.baseline_s,
                 k.detected_s,
                 100.0 * k.slowdown

@@ -90,11 +90,7 @@ impl SyncBenchArgs {
 pub fn run(args: SyncBenchArgs, harness: &Harness) -> Result<bool> {
     let only: Vec<Case> = args.only.iter().map(|c| c.0).collect();
     let out = vsched_bench::sync::run(harness, &Case::selected(&only), args.runs)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print_table(&out);
-    }
+    crate::render::json_or_table(args.json, &out, print_table)?;
     Ok(true)
 }
 

@@ -36,7 +36,11 @@ pub enum PlanError {
     HeavyTooLong,
     #[error("--duration may be at most 1h")]
     LightTooLong,
-    #[error("--duration ({light:?}) must be shorter than --interval ({interval:?})")]
+    #[error(
+        "--duration ({}) must be shorter than --interval ({})",
+        humantime::format_duration(*light),
+        humantime::format_duration(*interval)
+    )]
     LightNotShorterThanInterval { light: Duration, interval: Duration },
     #[error("{} has no topology to validate (was it made with --only?)", .0.display())]
     NoTopology(PathBuf),

@@ -47,6 +47,13 @@ pub struct LockRow {
     pub median_detection_us: f64,
 }
 
+impl LockRow {
+    /// Share of the counted waits that were detected.
+    pub fn detection_rate(&self) -> f64 {
+        share(self.detected as u64, self.episodes as u64)
+    }
+}
+
 #[derive(Serialize, Debug)]
 pub struct KernelRow {
     pub kernel: String,
@@ -55,6 +62,13 @@ pub struct KernelRow {
     pub baseline_s: f64,
     pub detected_s: f64,
     pub slowdown: f64,
+}
+
+impl KernelRow {
+    /// Share of the full decision windows not called spinning.
+    pub fn specificity(&self) -> f64 {
+        1.0 - share(self.false_positives, self.windows)
+    }
 }
 
 /// What the detector said after one sample of a thread.
@@ -307,5 +321,21 @@ mod tests {
     fn shares_survive_empty_counts() {
         assert_eq!(share(0, 0), 0.0);
         assert_eq!(share(3, 4), 0.75);
+        let lock = LockRow {
+            lock: "flag".into(),
+            episodes: 0,
+            detected: 0,
+            median_detection_us: f64::NAN,
+        };
+        assert_eq!(lock.detection_rate(), 0.0);
+        let kernel = KernelRow {
+            kernel: "stencil".into(),
+            windows: 200,
+            false_positives: 1,
+            baseline_s: 1.0,
+            detected_s: 1.0,
+            slowdown: 0.0,
+        };
+        assert_eq!(kernel.specificity(), 0.995);
     }
 }
