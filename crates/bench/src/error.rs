@@ -14,6 +14,13 @@ pub enum BenchError {
         #[source]
         source: io::Error,
     },
+    /// Waiting for a program or reading what it printed failed.
+    #[error("cannot talk to {what}")]
+    Pipe {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
     /// The program ran but exited with a failure.
     #[error("{what} failed ({status}){detail}")]
     Failed {

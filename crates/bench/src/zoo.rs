@@ -102,14 +102,20 @@ mod tests {
         let cmd = command(Path::new("/bin/vsched"), &ring_args(8, 300));
         assert_eq!(cmd.get_program(), "/bin/vsched");
         let args: Vec<_> = cmd.get_args().collect();
-        assert_eq!(args, ["spin-zoo", "ring", "--threads", "8", "--handoffs", "300"]);
+        assert_eq!(
+            args,
+            ["spin-zoo", "ring", "--threads", "8", "--handoffs", "300"]
+        );
     }
 
     #[test]
     fn reads_the_truth_it_prints() {
         let t = parse_truth("{\"program\":\"ring\",\"elapsed_s\":0.5,\"units\":300}\n").unwrap();
         assert_eq!((t.program.as_str(), t.units), ("ring", 300));
-        assert!(matches!(parse_truth("oops"), Err(BenchError::Output { .. })));
+        assert!(matches!(
+            parse_truth("oops"),
+            Err(BenchError::Output { .. })
+        ));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vsched_model::report::ProbeReport;
 use vsched_model::EpisodeFilter;
-use vsched_probe::plan::{self, CpuSelection, Windows, WatchSchedule};
+use vsched_probe::plan::{self, CpuSelection, WatchSchedule, Windows};
 use vsched_probe::session::{ProbeOptions, Session};
 use vsched_probe::vcap::SampleConfig;
 use vsched_probe::vtop::VtopConfig;

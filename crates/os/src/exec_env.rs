@@ -85,7 +85,9 @@ mod tests {
 
     #[test]
     fn names_read_the_same_both_ways() {
-        for var in [SPIN_NS, YIELD_NS, STATS, STATS_JSON, ADMISSION, LIBRARY, LD_PRELOAD] {
+        for var in [
+            SPIN_NS, YIELD_NS, STATS, STATS_JSON, ADMISSION, LIBRARY, LD_PRELOAD,
+        ] {
             assert_eq!(var.name().as_bytes(), var.c_name().to_bytes());
         }
         assert_eq!(SPIN_NS.name(), "VSCHED_SYNC_SPIN_NS");
@@ -94,8 +96,18 @@ mod tests {
     #[test]
     fn parses_only_plain_decimal_nanoseconds() {
         assert_eq!(parse_ns(b"30000"), Some(30_000));
-        assert_eq!(parse_ns(b"9999999999999999999"), Some(9_999_999_999_999_999_999));
-        for bad in [&b""[..], b"-1", b"1e6", b" 5", b"12ms", b"99999999999999999999"] {
+        assert_eq!(
+            parse_ns(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"1e6",
+            b" 5",
+            b"12ms",
+            b"99999999999999999999",
+        ] {
             assert_eq!(parse_ns(bad), None, "{bad:?}");
         }
     }

@@ -265,7 +265,11 @@ mod tests {
         let s = select_cpus_from(None, &[0, 1, 2, 3], &[0, 2, 3]).unwrap();
         assert_eq!(s.cpus, [0, 2, 3]);
         assert_eq!(s.warnings.len(), 1);
-        assert!(s.warnings[0].starts_with("vCPUs 1 are online"), "{:?}", s.warnings);
+        assert!(
+            s.warnings[0].starts_with("vCPUs 1 are online"),
+            "{:?}",
+            s.warnings
+        );
         assert!(matches!(
             select_cpus_from(None, &[0, 1], &[4]),
             Err(PlanError::NoneUsable)
@@ -296,15 +300,24 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(
             Windows::choose(None, None, None).unwrap(),
-            Windows { light: ms(200), heavy: ms(100) }
+            Windows {
+                light: ms(200),
+                heavy: ms(100)
+            }
         );
         assert_eq!(
             Windows::choose(None, None, Some(ms(1000))).unwrap(),
-            Windows { light: ms(100), heavy: ms(10) }
+            Windows {
+                light: ms(100),
+                heavy: ms(10)
+            }
         );
         assert_eq!(
             Windows::choose(Some(ms(50)), Some(ms(20)), None).unwrap(),
-            Windows { light: ms(50), heavy: ms(20) }
+            Windows {
+                light: ms(50),
+                heavy: ms(20)
+            }
         );
     }
 
@@ -333,7 +346,10 @@ mod tests {
             valid: None,
             cpus: vec![0, 1],
             latency_ns: vec![vec![None, Some(50.0)], vec![Some(50.0), None]],
-            relation: vec![vec![None, Some(Relation::Llc)], vec![Some(Relation::Llc), None]],
+            relation: vec![
+                vec![None, Some(Relation::Llc)],
+                vec![Some(Relation::Llc), None],
+            ],
             levels: vec![],
             pairs_probed: 1,
             pairs_inferred: 0,
@@ -344,7 +360,10 @@ mod tests {
     #[test]
     fn an_earlier_topology_must_be_whole_and_cover_these_vcpus() {
         let path = Path::new("earlier.json");
-        assert_eq!(check_previous_topology(path, two_vcpus(), &[0, 1]).unwrap(), two_vcpus());
+        assert_eq!(
+            check_previous_topology(path, two_vcpus(), &[0, 1]).unwrap(),
+            two_vcpus()
+        );
         let e = check_previous_topology(path, two_vcpus(), &[0, 2]).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -364,7 +383,10 @@ mod tests {
         let s = Duration::from_secs;
         let mut w = WatchSchedule::new(s(5), s(10), t0);
         let plan = w.next(t0 + s(1));
-        assert_eq!((plan.light, plan.heavy, plan.topology), (true, false, TopologyStep::Skip));
+        assert_eq!(
+            (plan.light, plan.heavy, plan.topology),
+            (true, false, TopologyStep::Skip)
+        );
         let plan = w.next(t0 + s(5));
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
         // The heavy window's clock restarted at 5 s; the topology's did not.

@@ -80,7 +80,10 @@ pub struct Decision {
     pub window_full: bool,
 }
 
-pub(super) fn measure(h: &Harness, config: &super::SpinBenchConfig) -> Result<Accuracy, BenchError> {
+pub(super) fn measure(
+    h: &Harness,
+    config: &super::SpinBenchConfig,
+) -> Result<Accuracy, BenchError> {
     let mut acc = Accuracy::default();
     let (mut waits_total, mut waits_detected) = (0usize, 0usize);
     for lock in zoo::lock_names() {
@@ -102,7 +105,11 @@ pub(super) fn measure(h: &Harness, config: &super::SpinBenchConfig) -> Result<Ac
     let threads = h.vcpus;
     for kernel in zoo::kernel_names() {
         h.interrupt.check()?;
-        let pilot: Truth = run_zoo(h, Variant::Baseline, &zoo::compute_args(kernel, threads, PILOT_PASSES))?;
+        let pilot: Truth = run_zoo(
+            h,
+            Variant::Baseline,
+            &zoo::compute_args(kernel, threads, PILOT_PASSES),
+        )?;
         let args = zoo::compute_args(kernel, threads, passes_for(PILOT_PASSES, pilot.elapsed_s));
         let (truth, samples) = observed(h, &args)?;
         let (windows, fps) = count_windows(&truth.compute_tids, &replay(&samples));
@@ -149,13 +156,14 @@ fn observed(h: &Harness, zoo_args: &[String]) -> Result<(Truth, Vec<Sample>), Be
         record_samples: true,
         ..Default::default()
     };
+    let pipe = |source| BenchError::Pipe { what, source };
     let observing = (|| {
         let mut engine =
             Engine::attach(child.id() as i32, cfg, None).map_err(BenchError::Sample)?;
-        let start = child.stdin.take().expect("piped").write_all(b"go\n");
-        start.map_err(|source| BenchError::Start { what, source })?;
-        let io = |source| BenchError::Start { what, source };
-        while child.try_wait().map_err(io)?.is_none() {
+        // The zoo waits for this line, so the engine sees it from its start.
+        let go = child.stdin.take().expect("piped").write_all(b"go\n");
+        go.map_err(pipe)?;
+        while child.try_wait().map_err(pipe)?.is_none() {
             h.interrupt.check()?;
             // A step that finds no samples, or a thread gone, is not an error here.
             let _ = engine.step(OBSERVE_STEP_NS);
@@ -172,8 +180,12 @@ fn observed(h: &Harness, zoo_args: &[String]) -> Result<(Truth, Vec<Sample>), Be
         }
     };
     let mut text = String::new();
-    let read = child.stdout.take().expect("piped").read_to_string(&mut text);
-    read.map_err(|source| BenchError::Start { what, source })?;
+    let read = child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut text);
+    read.map_err(pipe)?;
     Ok((zoo::parse_truth(&text)?, report.samples))
 }
 
@@ -278,10 +290,22 @@ mod tests {
         let ms = 1_000_000;
         let truth = Truth {
             episodes: vec![
-                Episode { tid: 1, start_ns: 0, end_ns: 2 * ms },
-                Episode { tid: 1, start_ns: 10 * ms, end_ns: 12 * ms },
+                Episode {
+                    tid: 1,
+                    start_ns: 0,
+                    end_ns: 2 * ms,
+                },
+                Episode {
+                    tid: 1,
+                    start_ns: 10 * ms,
+                    end_ns: 12 * ms,
+                },
                 // Too short to count.
-                Episode { tid: 1, start_ns: 20 * ms, end_ns: 20 * ms + 10 },
+                Episode {
+                    tid: 1,
+                    start_ns: 20 * ms,
+                    end_ns: 20 * ms + 10,
+                },
             ],
             ..Default::default()
         };
@@ -301,7 +325,14 @@ mod tests {
     #[test]
     fn only_full_windows_of_compute_threads_count() {
         let decisions = HashMap::from([
-            (1, vec![decision(1, false, false), decision(2, true, true), decision(3, false, true)]),
+            (
+                1,
+                vec![
+                    decision(1, false, false),
+                    decision(2, true, true),
+                    decision(3, false, true),
+                ],
+            ),
             (2, vec![decision(1, true, true)]),
         ]);
         assert_eq!(count_windows(&[1], &decisions), (2, 1));

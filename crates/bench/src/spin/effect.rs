@@ -87,16 +87,27 @@ pub(super) fn measure(
 ) -> Result<Vec<EffectRow>, BenchError> {
     let mut rows = vec![];
     for case in &ZOO_CASES {
-        rows.extend(rows_for(case.program, h, runs, |threads, factor, variant| {
-            let units = units_for(variant, factor, case.units, case.units_baseline_4x);
-            run_zoo(h, variant, &(case.args)(threads, units))
-        })?);
+        rows.extend(rows_for(
+            case.program,
+            h,
+            runs,
+            |threads, factor, variant| {
+                let units = units_for(variant, factor, case.units, case.units_baseline_4x);
+                run_zoo(h, variant, &(case.args)(threads, units))
+            },
+        )?);
     }
     match OpenMp::build() {
-        Ok(omp) => rows.extend(rows_for("openmp-active", h, runs, |threads, factor, variant| {
-            let regions = units_for(variant, factor, OPENMP_REGIONS, OPENMP_REGIONS_BASELINE_4X);
-            omp.run(&h.vsched, variant, threads, regions)
-        })?),
+        Ok(omp) => rows.extend(rows_for(
+            "openmp-active",
+            h,
+            runs,
+            |threads, factor, variant| {
+                let regions =
+                    units_for(variant, factor, OPENMP_REGIONS, OPENMP_REGIONS_BASELINE_4X);
+                omp.run(&h.vsched, variant, threads, regions)
+            },
+        )?),
         Err(why) => skipped.push(why),
     }
     Ok(rows)

@@ -81,7 +81,10 @@ fn run_zoo<T: serde::de::DeserializeOwned>(
 ) -> Result<T, BenchError> {
     let (exe, mut lead) = crate::zoo::program(&h.vsched);
     lead.extend(args.iter().map(OsString::from));
-    run_json(under_detector(&h.vsched, variant, &exe, &lead), "the benchmark program")
+    run_json(
+        under_detector(&h.vsched, variant, &exe, &lead),
+        "the benchmark program",
+    )
 }
 
 /// Runs `cmd` to its end (its stderr discarded) and parses the JSON it
@@ -131,7 +134,13 @@ mod tests {
     #[test]
     fn a_failing_program_is_an_error_with_its_status() {
         let r: Result<serde_json::Value, _> = run_json(Command::new("false"), "the test program");
-        assert!(matches!(r, Err(BenchError::Failed { what: "the test program", .. })));
+        assert!(matches!(
+            r,
+            Err(BenchError::Failed {
+                what: "the test program",
+                ..
+            })
+        ));
         let mut echo = Command::new("echo");
         echo.arg("{\"a\":1}");
         let v: serde_json::Value = run_json(echo, "echo").unwrap();

@@ -35,7 +35,12 @@ impl OpenMp {
         threads: usize,
         regions: u64,
     ) -> Result<Timed, BenchError> {
-        let mut cmd = under_detector(vsched, variant, self.0.path(), &[OsString::from(regions.to_string())]);
+        let mut cmd = under_detector(
+            vsched,
+            variant,
+            self.0.path(),
+            &[OsString::from(regions.to_string())],
+        );
         cmd.env("OMP_NUM_THREADS", threads.to_string())
             .env("OMP_WAIT_POLICY", "active")
             .env("OMP_PROC_BIND", "false");

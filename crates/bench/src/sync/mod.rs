@@ -153,7 +153,11 @@ mod tests {
 
     #[test]
     fn a_side_holds_medians_per_op() {
-        let mut samples = vec![fake_sample(100, 1e-3), fake_sample(100, 3e-3), fake_sample(100, 2e-3)];
+        let mut samples = vec![
+            fake_sample(100, 1e-3),
+            fake_sample(100, 3e-3),
+            fake_sample(100, 2e-3),
+        ];
         samples[0].voluntary_ctxt_switches = 50;
         samples[1].voluntary_ctxt_switches = 10;
         samples[2].voluntary_ctxt_switches = 30;

@@ -127,10 +127,16 @@ mod tests {
     fn loaded_flag_must_match_the_variant() {
         let mut s = fake_sample(10, 0.1);
         assert!(check_loaded(Variant::Baseline, &s).is_ok());
-        assert!(matches!(check_loaded(Variant::Vsched, &s), Err(BenchError::NotLoaded)));
+        assert!(matches!(
+            check_loaded(Variant::Vsched, &s),
+            Err(BenchError::NotLoaded)
+        ));
         s.loaded = 1;
         assert!(check_loaded(Variant::Vsched, &s).is_ok());
-        assert!(matches!(check_loaded(Variant::Baseline, &s), Err(BenchError::LoadedInBaseline)));
+        assert!(matches!(
+            check_loaded(Variant::Baseline, &s),
+            Err(BenchError::LoadedInBaseline)
+        ));
     }
 
     #[test]
@@ -159,6 +165,9 @@ mod tests {
             .output()
             .unwrap();
         let e = parse_sample(&out).unwrap_err().to_string();
-        assert!(e.contains("the benchmark program failed") && e.contains("oops"), "{e}");
+        assert!(
+            e.contains("the benchmark program failed") && e.contains("oops"),
+            "{e}"
+        );
     }
 }

@@ -98,7 +98,11 @@ mod tests {
         let env = s.environment(Path::new("/l.so"), None);
         assert_eq!(
             names(&env)[3..],
-            ["VSCHED_SYNC_STATS", "VSCHED_SYNC_STATS_JSON", "VSCHED_SYNC_ADMISSION"]
+            [
+                "VSCHED_SYNC_STATS",
+                "VSCHED_SYNC_STATS_JSON",
+                "VSCHED_SYNC_ADMISSION"
+            ]
         );
         assert_eq!(env[3].1, "1");
         assert_eq!(env[4].1, "/tmp/s-%p.json");

@@ -107,7 +107,10 @@ mod tests {
         // Neither exists: the error names the build tree's place.
         assert_eq!(default_library(&bin), bin.join(LIBRARY_NAME));
         std::fs::write(installed.join(LIBRARY_NAME), "").unwrap();
-        assert_eq!(default_library(&bin), bin.join("../lib/vsched").join(LIBRARY_NAME));
+        assert_eq!(
+            default_library(&bin),
+            bin.join("../lib/vsched").join(LIBRARY_NAME)
+        );
         std::fs::write(bin.join(LIBRARY_NAME), "").unwrap();
         assert_eq!(default_library(&bin), bin.join(LIBRARY_NAME));
     }
@@ -116,10 +119,15 @@ mod tests {
     fn refuses_missing_files_and_paths_ld_so_would_split() {
         let root = TempDir::new("check");
         let missing = root.0.join("none.so");
-        assert!(matches!(preloadable_library(&missing), Err(LibraryError::Missing(p)) if p == missing));
+        assert!(
+            matches!(preloadable_library(&missing), Err(LibraryError::Missing(p)) if p == missing)
+        );
         let spaced = root.0.join("a b.so");
         std::fs::write(&spaced, "").unwrap();
-        assert!(matches!(preloadable_library(&spaced), Err(LibraryError::Unpreloadable(_))));
+        assert!(matches!(
+            preloadable_library(&spaced),
+            Err(LibraryError::Unpreloadable(_))
+        ));
         let good = root.0.join("good.so");
         std::fs::write(&good, "").unwrap();
         assert_eq!(preloadable_library(&good).unwrap(), good);

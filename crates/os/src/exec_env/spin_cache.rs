@@ -14,7 +14,10 @@ pub fn spin_cache_file() -> Option<PathBuf> {
 }
 
 /// The cache file given the values of `XDG_CACHE_HOME` and `HOME`.
-pub fn spin_cache_file_from(xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+pub fn spin_cache_file_from(
+    xdg_cache_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Option<PathBuf> {
     let base = xdg_cache_home
         .map(PathBuf::from)
         .or_else(|| home.map(|h| PathBuf::from(h).join(".cache")))?;
