@@ -9,7 +9,6 @@ mod progress;
 mod render;
 mod signals;
 mod spin_cmd;
-mod wake_cost;
 mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
@@ -62,15 +61,7 @@ fn main() -> ExitCode {
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::SpinZoo(args) => zoo_cmd::run(args),
-        Command::Exec(args) => {
-            return match exec_cmd::run(args) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("vsched: error: {e:#}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Command::Exec(args) => return program_exit(exec_cmd::run(args)),
         Command::Run(args) => {
             return match spin_cmd::run(args) {
                 Ok(code) => ExitCode::from(code),
@@ -85,6 +76,18 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         // The command ran but its verdict is negative (a failed check, a failing guest command).
         Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("vsched: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The exit status of a command that runs a program: the program's own
+/// status, or 2 for vsched's own errors.
+fn program_exit(result: anyhow::Result<u8>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("vsched: error: {e:#}");
             ExitCode::from(2)

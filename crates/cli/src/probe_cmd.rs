@@ -8,11 +8,10 @@ use clap::{Args, ValueEnum};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vsched_model::cpulist::{format_cpu_list, parse_cpu_list};
 use vsched_model::report::ProbeReport;
 use vsched_model::EpisodeFilter;
-use vsched_probe::session::{ProbeOptions, Session, StepPlan, TopologyStep};
-use vsched_probe::sys;
+use vsched_probe::plan::{self, CpuSelection, WatchSchedule, Windows};
+use vsched_probe::session::{ProbeOptions, Session};
 use vsched_probe::vcap::SampleConfig;
 use vsched_probe::vtop::VtopConfig;
 
@@ -128,61 +127,8 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// Checks the requested vCPUs exist, are online and reachable; returns them.
-fn resolve_cpus(requested: Option<&str>, warnings: &mut Vec<String>) -> Result<Vec<u32>> {
-    let online = sys::online_cpus().context("reading /sys/devices/system/cpu/online")?;
-    let allowed = vsched_os::affinity::thread_affinity(0).context("reading this process's CPU affinity")?;
-    match requested {
-        Some(list) => {
-            let cpus = parse_cpu_list(list)?;
-            if cpus.is_empty() {
-                bail!("--cpus {list:?} names no vCPU");
-            }
-            for &c in &cpus {
-                if !online.contains(&c) {
-                    bail!(
-                        "vCPU {c} is not online (online vCPUs: {}); pick from those with --cpus",
-                        format_cpu_list(&online)
-                    );
-                }
-                if !allowed.contains(&c) {
-                    bail!(
-                        "vCPU {c} is outside this process's allowed CPUs ({}), e.g. a container's cpuset or taskset; \
-                         leave it out of --cpus or run vsched with access to it",
-                        format_cpu_list(&allowed)
-                    );
-                }
-            }
-            Ok(cpus)
-        }
-        None => {
-            let usable: Vec<u32> = online
-                .iter()
-                .copied()
-                .filter(|c| allowed.contains(c))
-                .collect();
-            let hidden: Vec<u32> = online
-                .iter()
-                .copied()
-                .filter(|c| !allowed.contains(c))
-                .collect();
-            if !hidden.is_empty() {
-                warnings.push(format!(
-                    "vCPUs {} are online but outside this process's allowed CPUs: not probed",
-                    format_cpu_list(&hidden)
-                ));
-            }
-            if usable.is_empty() {
-                bail!("no online vCPU is in this process's affinity mask");
-            }
-            Ok(usable)
-        }
-    }
-}
-
 pub fn run(args: ProbeArgs) -> Result<()> {
-    let mut warnings = Vec::new();
-    let cpus = resolve_cpus(args.cpus.as_deref(), &mut warnings)?;
+    let CpuSelection { cpus, warnings } = plan::select_cpus(args.cpus.as_deref())?;
     let only = |m| args.only.is_empty() || args.only.contains(&m);
     let (capacity, activity, topology) = (
         only(Measure::Capacity),
@@ -200,61 +146,17 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             let report: ProbeReport = serde_json::from_str(&text).with_context(|| {
                 format!("{} is not a `vsched probe --json` report", path.display())
             })?;
-            let topo = report.topology.with_context(|| {
-                format!(
-                    "{} has no topology to validate (was it made with --only?)",
-                    path.display()
-                )
-            })?;
-            let n = topo.cpus.len();
-            let square = |widths: Vec<usize>| widths.len() == n && widths.iter().all(|&w| w == n);
-            if !square(topo.relation.iter().map(Vec::len).collect())
-                || !square(topo.latency_ns.iter().map(Vec::len).collect())
-            {
-                bail!(
-                    "{}: topology matrices are not {n}x{n} for {n} vCPUs; is the file intact?",
-                    path.display()
-                );
-            }
-            if topo.cpus != cpus {
-                bail!(
-                    "{} covers vCPUs {}, this probe {}: they must match to validate",
-                    path.display(),
-                    format_cpu_list(&topo.cpus),
-                    format_cpu_list(&cpus)
-                );
-            }
-            Some(topo)
+            Some(plan::previous_topology(path, report, &cpus)?)
         }
         None => None,
     };
 
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let light = args.duration.unwrap_or(if args.watch {
-        Duration::from_millis(100)
-    } else {
-        Duration::from_millis(200)
-    });
-    let heavy = args.heavy.unwrap_or(if args.watch {
-        Duration::from_millis(10)
-    } else {
-        Duration::from_millis(100)
-    });
-    if heavy > Duration::from_millis(900) {
-        // Longer real-time windows run into the kernel's RT throttling
-        // (950 ms per second), which would read as made-up pre-emption.
-        bail!("--heavy may be at most 900ms");
-    }
-    if light > Duration::from_secs(3600) {
-        bail!("--duration may be at most 1h");
-    }
-    if args.watch && light >= args.interval {
-        bail!(
-            "--duration ({}) must be shorter than --interval ({})",
-            humantime::format_duration(light),
-            humantime::format_duration(args.interval)
-        );
-    }
+    let Windows { light, heavy } = Windows::choose(
+        args.duration,
+        args.heavy,
+        args.watch.then_some(args.interval),
+    )?;
     let opts = ProbeOptions {
         cpus,
         capacity,
@@ -277,22 +179,13 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if let Some(prev) = &previous {
         session.set_known_topology(prev);
     }
-    let first_topology = if previous.is_some() {
-        TopologyStep::Validate
-    } else {
-        TopologyStep::Full
-    };
-    let first = StepPlan {
-        light: true,
-        heavy: true,
-        topology: first_topology,
-    };
+    let first = plan::first_step(previous.is_some());
 
     if !args.watch {
         let expected_s = if session.measures_vcpus() {
             (light + heavy).as_secs_f64()
         } else {
-            0.1
+            0.1 // topology alone: a few pair ping-pongs, well under a second
         };
         let progress = Progress::new(expected_s);
         let update = |what: &str, f: f64| progress.update(what, f);
@@ -309,13 +202,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     // Ctrl-C/SIGTERM end the loop after the current step so the last line
     // of output is whole.
     signals::catch();
-    let mut last_heavy = Instant::now();
-    let mut last_topology = Instant::now();
-    let mut plan = first;
+    let mut schedule = WatchSchedule::new(args.heavy_every, args.topology_every, Instant::now());
+    let mut step = first;
     let mut updates = 0u64;
     loop {
         let step_start = Instant::now();
-        let mut report = session.step(plan, None);
+        let mut report = session.step(step, None);
         report.warnings.splice(0..0, warnings.iter().cloned());
         report.overhead = Some(session.overhead());
         write_trace(&args, &session)?;
@@ -338,23 +230,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         if signals::stopped() {
             return Ok(());
         }
-        let heavy_due = last_heavy.elapsed() >= args.heavy_every;
-        let topology_due = last_topology.elapsed() >= args.topology_every;
-        if heavy_due {
-            last_heavy = Instant::now();
-        }
-        if topology_due {
-            last_topology = Instant::now();
-        }
-        plan = StepPlan {
-            light: true,
-            heavy: heavy_due,
-            topology: if topology_due {
-                TopologyStep::Validate
-            } else {
-                TopologyStep::Skip
-            },
-        };
+        step = schedule.next(Instant::now());
     }
 }
 

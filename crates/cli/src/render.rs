@@ -1,4 +1,5 @@
-//! Human-readable tables of a probe report.
+//! Human-readable tables of a probe report, and the choice between a
+//! report's table and its JSON.
 
 use std::fmt::Write;
 use vsched_model::cpulist::format_cpu_list;
@@ -165,4 +166,18 @@ pub fn report(r: &ProbeReport) -> String {
     }
     out.push('\n');
     out
+}
+
+/// Prints `report` as pretty JSON when `json` is set, else as `table` lays it out.
+pub fn json_or_table<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    table: impl FnOnce(&T),
+) -> serde_json::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        table(report);
+    }
+    Ok(())
 }

@@ -38,26 +38,26 @@ fn probe_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("stdout is JSON")
 }
 
+/// One whole-number field of every vCPU of a report, in report order.
+fn vcpu_column(report: &Value, field: &str) -> Vec<u64> {
+    report["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v[field].as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn full_probe_upholds_its_invariants() {
     let _guard = common::serial();
     let r = probe_json(&[]);
     assert_valid(&r);
     assert_eq!(r["schema"], "vsched.probe");
-    let cpus: Vec<u64> = r["vcpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["cpu"].as_u64().unwrap())
-        .collect();
+    let cpus = vcpu_column(&r, "cpu");
     let online: Vec<u64> = online_cpus().into_iter().map(u64::from).collect();
     assert_eq!(cpus, online, "every online vCPU must be present");
-    let caps: Vec<u64> = r["vcpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["capacity"].as_u64().unwrap())
-        .collect();
+    let caps = vcpu_column(&r, "capacity");
     assert!(caps.iter().all(|&c| (1..=1024).contains(&c)), "{caps:?}");
     assert_eq!(*caps.iter().max().unwrap(), 1024, "strongest vCPU is 1024");
     for v in r["vcpus"].as_array().unwrap() {

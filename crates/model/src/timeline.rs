@@ -14,6 +14,7 @@
 //! * `hidden_ns`: the hypervisor took the vCPU and did not report steal;
 //! * the rest: reported steal (or interrupt time).
 
+use crate::stats::percentile;
 use serde::{Deserialize, Serialize};
 
 /// The two kinds of sampling window (vSched's vcap phases).
@@ -231,15 +232,6 @@ impl EpisodeStats {
     }
 }
 
-/// Nearest-rank percentile of sorted data.
-pub fn percentile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn stats_and_percentile() {
+    fn episode_stats() {
         let lens: Vec<u64> = (1..=100).map(|i| i * 1_000).collect();
         let s = EpisodeStats::from_lengths_ns(&lens);
         assert_eq!(s.count, 100);
@@ -339,7 +331,6 @@ mod tests {
         assert_eq!(s.p95_us, 95.0);
         assert_eq!(s.max_us, 100.0);
         assert_eq!(EpisodeStats::from_lengths_ns(&[]), EpisodeStats::default());
-        assert_eq!(percentile(&[7], 0.95), 7);
     }
 
     #[test]

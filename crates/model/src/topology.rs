@@ -13,6 +13,7 @@
 //!    single level: SMT siblings or merely a shared cache?) is an absolute
 //!    anchor used, and the report says so.
 
+use crate::stats::upper_median;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -277,11 +278,12 @@ pub fn classify(cpus: &[u32], probes: &[PairProbe], p: &TopologyParams) -> Topol
         for &(k, _) in cluster {
             relations.insert(k, relation);
         }
+        // Clusters are cut from latencies sorted ascending, so each is sorted.
         let lats: Vec<f64> = cluster.iter().map(|&(_, l)| l).collect();
         levels.push(Level {
             relation,
             min_ns: lats[0],
-            median_ns: lats[lats.len() / 2],
+            median_ns: upper_median(&lats).expect("a cluster is never empty"),
             max_ns: *lats.last().unwrap(),
             pairs: lats.len(),
         });
@@ -302,7 +304,7 @@ fn name_levels(clusters: &[Vec<((u32, u32), f64)>], p: &TopologyParams) -> Vec<R
     if clusters.is_empty() {
         return Vec::new();
     }
-    let first_median = clusters[0][clusters[0].len() / 2].1;
+    let first_median = upper_median(&clusters[0]).expect("a cluster is never empty").1;
     let smt_first = first_median < p.smt_anchor_ns;
     let mut names = Vec::with_capacity(clusters.len());
     if smt_first {

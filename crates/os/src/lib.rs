@@ -1,14 +1,18 @@
 //! The Linux interfaces that more than one vsched crate needs, each defined
 //! once: clocks, CPU affinity, scheduling attributes, and the kernel's count
 //! of runnable tasks with the rule that says when a machine is
-//! oversubscribed.
+//! oversubscribed; and `exec_env`, the contract between `vsched exec` and
+//! the runtime it preloads (variable names, defaults, the spin-budget cache
+//! file, where the library is and which programs it can be preloaded into).
 //!
-//! Everything here is a thin, safe wrapper of one system interface; policy
+//! Apart from that contract, everything here is a thin, safe wrapper of one
+//! system interface; policy
 //! (which CPUs, which class, when to act) belongs to the crates that use it.
 //! The crate depends only on libc and allocates nothing on the paths that
 //! vsched-sync calls from inside a preloaded program's lock waits.
 
 pub mod affinity;
 pub mod clock;
+pub mod exec_env;
 pub mod load;
 pub mod sched;

@@ -12,6 +12,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
+use vsched_model::stats::upper_median;
 use vsched_model::timeline::SPEED_CHUNK_NS;
 use vsched_model::{Gap, Phase, Timeline};
 
@@ -344,7 +345,7 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
         work_units: units,
         reported_steal_ns,
         gaps,
-        median_chunk_speed: chunk_rates.get(chunk_rates.len() / 2).copied(),
+        median_chunk_speed: upper_median(&chunk_rates),
     }
 }
 

@@ -4,6 +4,7 @@
 //! library by hand can set them too (`vsched exec --print-env` shows them).
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use vsched_os::exec_env::{self, spin_cache};
 
 /// Spin budget of a waiter whose vCPU has nothing else to run: about what
 /// waking an idle vCPU costs (VSCHED_SYNC_SPIN_NS, measured by `vsched exec`;
@@ -24,7 +25,7 @@ pub static ADMISSION: AtomicBool = AtomicBool::new(false);
 /// Used only when nobody measured the machine: the wake-up latency of an
 /// idle vCPU that `vsched exec` typically measures on cloud VMs.
 pub const DEFAULT_SPIN_NS: u64 = 30_000;
-pub const DEFAULT_YIELD_NS: u64 = 2_000_000;
+pub const DEFAULT_YIELD_NS: u64 = exec_env::DEFAULT_YIELD_NS;
 
 pub fn spin_ns() -> u64 {
     SPIN_NS.load(Relaxed)
@@ -40,16 +41,16 @@ pub fn stats_on() -> bool {
 
 /// Reads the environment; called from the library constructor.
 pub fn load_from_env() {
-    if let Some(v) = env_u64(c"VSCHED_SYNC_SPIN_NS").or_else(cached_spin_ns) {
+    if let Some(v) = env_u64(exec_env::SPIN_NS.c_name()).or_else(cached_spin_ns) {
         SPIN_NS.store(v, Relaxed);
     }
-    if let Some(v) = env_u64(c"VSCHED_SYNC_YIELD_NS") {
+    if let Some(v) = env_u64(exec_env::YIELD_NS.c_name()) {
         YIELD_NS.store(v, Relaxed);
     }
-    if env(c"VSCHED_SYNC_STATS").is_some() || env(c"VSCHED_SYNC_STATS_JSON").is_some() {
+    if env(exec_env::STATS.c_name()).is_some() || env(exec_env::STATS_JSON.c_name()).is_some() {
         STATS.store(true, Relaxed);
     }
-    if env(c"VSCHED_SYNC_ADMISSION").is_some_and(|v| v == b"1") {
+    if env(exec_env::ADMISSION.c_name()).is_some_and(|v| v == exec_env::ON.as_bytes()) {
         ADMISSION.store(true, Relaxed);
     }
     VCPUS.store(allowed_vcpus(), Relaxed);
@@ -68,29 +69,13 @@ pub fn env(name: &core::ffi::CStr) -> Option<&'static [u8]> {
 }
 
 fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
-    parse_u64(env(name)?)
-}
-
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || bytes.len() > 19 || !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        bytes
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
-    )
+    exec_env::parse_ns(env(name)?)
 }
 
 /// The spin budget `vsched exec` measured last on this machine, for
-/// programs preloaded by hand: `$XDG_CACHE_HOME/vsched/sync-spin-ns`, or
-/// under `~/.cache` (the path `vsched exec` writes; start-up only).
+/// programs preloaded by hand (allocates: start-up only).
 fn cached_spin_ns() -> Option<u64> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
-    let text = std::fs::read(base.join("vsched").join("sync-spin-ns")).ok()?;
-    parse_u64(text.trim_ascii())
+    spin_cache::read_spin_ns(&spin_cache::spin_cache_file()?)
 }
 
 fn allowed_vcpus() -> usize {

@@ -1,0 +1,74 @@
+//! What can go wrong in a benchmark run.
+
+use std::io;
+use std::process::ExitStatus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The caller's interrupt flag was set (Ctrl-C, SIGTERM).
+    #[error("interrupted")]
+    Interrupted,
+    #[error("cannot start {what}")]
+    Start {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for a program or reading what it printed failed.
+    #[error("cannot talk to {what}")]
+    Pipe {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The program ran but exited with a failure.
+    #[error("{what} failed ({status}){detail}")]
+    Failed {
+        what: &'static str,
+        status: ExitStatus,
+        /// ": " and what it printed, or empty.
+        detail: String,
+    },
+    #[error("unexpected output from {what}: {output:?}")]
+    Output {
+        what: &'static str,
+        output: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The spin detector could not sample the program it should observe.
+    #[error("cannot sample the zoo")]
+    Sample(#[source] vsched_spin::perf::OpenError),
+    #[error("no C compiler (cc) found; install one: apt-get install gcc")]
+    NoCompiler,
+    #[error("cannot run cc")]
+    Compiler(#[source] io::Error),
+    #[error("cc could not compile {what}:\n{stderr}")]
+    Compile { what: &'static str, stderr: String },
+    #[error("cannot write {what}")]
+    Write {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the sync library is loaded in the baseline run (is LD_PRELOAD set in this shell?); \
+         unset LD_PRELOAD and run again"
+    )]
+    LoadedInBaseline,
+    #[error(
+        "the program ran under `vsched exec` but the sync library was not loaded \
+         (vsched_sync_version not found); build it with `cargo build --release` and \
+         run target/release/vsched"
+    )]
+    NotLoaded,
+    /// A run of one sync case failed; which one.
+    #[error("{case} with {threads} threads, {ops} ops")]
+    Case {
+        case: &'static str,
+        threads: usize,
+        ops: u64,
+        #[source]
+        source: Box<BenchError>,
+    },
+}

@@ -1,0 +1,31 @@
+//! vsched's benchmarks, as a library: what `vsched bench spin` and
+//! `vsched bench sync` run, measure and conclude. The `vsched` binary only
+//! parses their options and renders the reports these functions return.
+//!
+//! - `spin`: the spin detector's accuracy (sensitivity over timed waits,
+//!   specificity over decision windows of compute code, slowdown) and its
+//!   effect (spin ring, pipeline, OpenMP busy waits at 1x and 4x, without
+//!   and with `vsched run --spin-detect`).
+//! - `sync`: pthread micro-benchmarks under glibc and under `vsched exec`,
+//!   sized by calibration, with the project's goals.
+//! - `compare`: alternating baseline and vsched runs (the machine's speed
+//!   drifts, so only alternating pairs compare fairly).
+//! - `cprogram`: the C programs (in `c/` beside this crate), compiled at
+//!   run time into a temporary directory.
+//! - `zoo`: every use of the spin zoo (its programs, names and ground
+//!   truth) goes through this one module.
+//!
+//! The benchmarks run programs through the `vsched` binary (`exec`, `run
+//! --spin-detect`, `spin-zoo`), named by the caller in a `Harness`. Medians
+//! come from vsched-model's `stats`.
+
+pub mod compare;
+pub mod cprogram;
+mod error;
+mod harness;
+pub mod spin;
+pub mod sync;
+pub mod zoo;
+
+pub use error::BenchError;
+pub use harness::{Harness, Interrupt};

@@ -1,0 +1,405 @@
+//! What a probe measures, decided and checked before anything runs: which
+//! vCPUs, how long its windows are, whether an earlier topology can be
+//! validated, and under `--watch` when the next heavy window and topology
+//! check are due. The messages name `vsched probe`'s options, since that
+//! is whom they answer.
+
+use crate::session::{StepPlan, TopologyStep};
+use crate::sys;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vsched_model::cpulist::{format_cpu_list, parse_cpu_list, CpuListError};
+use vsched_model::report::{ProbeReport, TopologyReport};
+
+/// Why a probe cannot run as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("reading /sys/devices/system/cpu/online")]
+    Online(#[source] io::Error),
+    #[error("reading this process's CPU affinity")]
+    Affinity(#[source] io::Error),
+    #[error(transparent)]
+    CpuList(#[from] CpuListError),
+    #[error("--cpus {0:?} names no vCPU")]
+    NoCpuNamed(String),
+    #[error("vCPU {cpu} is not online (online vCPUs: {online}); pick from those with --cpus")]
+    Offline { cpu: u32, online: String },
+    #[error(
+        "vCPU {cpu} is outside this process's allowed CPUs ({allowed}), e.g. a container's cpuset or taskset; \
+         leave it out of --cpus or run vsched with access to it"
+    )]
+    NotAllowed { cpu: u32, allowed: String },
+    #[error("no online vCPU is in this process's affinity mask")]
+    NoneUsable,
+    #[error("--heavy may be at most 900ms")]
+    HeavyTooLong,
+    #[error("--duration may be at most 1h")]
+    LightTooLong,
+    #[error(
+        "--duration ({}) must be shorter than --interval ({})",
+        humantime::format_duration(*light),
+        humantime::format_duration(*interval)
+    )]
+    LightNotShorterThanInterval { light: Duration, interval: Duration },
+    #[error("{} has no topology to validate (was it made with --only?)", .0.display())]
+    NoTopology(PathBuf),
+    #[error("{}: topology matrices are not {n}x{n} for {n} vCPUs; is the file intact?", path.display())]
+    NotSquare { path: PathBuf, n: usize },
+    #[error(
+        "{} covers vCPUs {theirs}, this probe {ours}: they must match to validate",
+        path.display()
+    )]
+    OtherCpus {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+    },
+}
+
+/// The vCPUs to probe, and what the user should know about the choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuSelection {
+    pub cpus: Vec<u32>,
+    pub warnings: Vec<String>,
+}
+
+/// The vCPUs `requested` names (kernel list syntax), or every online vCPU
+/// this process may run on; checked against this machine.
+pub fn select_cpus(requested: Option<&str>) -> Result<CpuSelection, PlanError> {
+    let online = sys::online_cpus().map_err(PlanError::Online)?;
+    let allowed = vsched_os::affinity::thread_affinity(0).map_err(PlanError::Affinity)?;
+    select_cpus_from(requested, &online, &allowed)
+}
+
+/// `select_cpus` given the online vCPUs and this process's affinity mask.
+pub fn select_cpus_from(
+    requested: Option<&str>,
+    online: &[u32],
+    allowed: &[u32],
+) -> Result<CpuSelection, PlanError> {
+    match requested {
+        Some(list) => {
+            let cpus = parse_cpu_list(list)?;
+            if cpus.is_empty() {
+                return Err(PlanError::NoCpuNamed(list.to_string()));
+            }
+            for &cpu in &cpus {
+                if !online.contains(&cpu) {
+                    let online = format_cpu_list(online);
+                    return Err(PlanError::Offline { cpu, online });
+                }
+                if !allowed.contains(&cpu) {
+                    let allowed = format_cpu_list(allowed);
+                    return Err(PlanError::NotAllowed { cpu, allowed });
+                }
+            }
+            Ok(CpuSelection {
+                cpus,
+                warnings: vec![],
+            })
+        }
+        None => {
+            let (usable, hidden): (Vec<u32>, Vec<u32>) =
+                online.iter().partition(|c| allowed.contains(c));
+            let mut warnings = vec![];
+            if !hidden.is_empty() {
+                warnings.push(format!(
+                    "vCPUs {} are online but outside this process's allowed CPUs: not probed",
+                    format_cpu_list(&hidden)
+                ));
+            }
+            if usable.is_empty() {
+                return Err(PlanError::NoneUsable);
+            }
+            Ok(CpuSelection {
+                cpus: usable,
+                warnings,
+            })
+        }
+    }
+}
+
+/// The light (SCHED_IDLE) and heavy (high-priority) window of each sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    pub light: Duration,
+    pub heavy: Duration,
+}
+
+/// Longest heavy window: longer real-time windows run into the kernel's
+/// RT throttling (950 ms per second), which would read as made-up pre-emption.
+const MAX_HEAVY: Duration = Duration::from_millis(900);
+/// Longest light window: an hour is already far beyond any use; longer ones
+/// are typing mistakes.
+const MAX_LIGHT: Duration = Duration::from_secs(3600);
+
+impl Windows {
+    /// The windows asked for, or the defaults: 200 ms light and 100 ms
+    /// heavy for one probe; 100 ms and 10 ms under `--watch` (given its
+    /// `interval`), where they repeat and their cost adds up.
+    pub fn choose(
+        light: Option<Duration>,
+        heavy: Option<Duration>,
+        watch_interval: Option<Duration>,
+    ) -> Result<Windows, PlanError> {
+        let watching = watch_interval.is_some();
+        let light = light.unwrap_or(Duration::from_millis(if watching { 100 } else { 200 }));
+        let heavy = heavy.unwrap_or(Duration::from_millis(if watching { 10 } else { 100 }));
+        if heavy > MAX_HEAVY {
+            return Err(PlanError::HeavyTooLong);
+        }
+        if light > MAX_LIGHT {
+            return Err(PlanError::LightTooLong);
+        }
+        if let Some(interval) = watch_interval.filter(|&i| light >= i) {
+            return Err(PlanError::LightNotShorterThanInterval { light, interval });
+        }
+        Ok(Windows { light, heavy })
+    }
+}
+
+/// The topology of an earlier `vsched probe --json` report (read from
+/// `path`), if it can be validated by a probe of `cpus`.
+pub fn previous_topology(
+    path: &Path,
+    report: ProbeReport,
+    cpus: &[u32],
+) -> Result<TopologyReport, PlanError> {
+    let topo = report
+        .topology
+        .ok_or_else(|| PlanError::NoTopology(path.to_path_buf()))?;
+    check_previous_topology(path, topo, cpus)
+}
+
+/// `topo` if its matrices are whole and it covers exactly `cpus`.
+fn check_previous_topology(
+    path: &Path,
+    topo: TopologyReport,
+    cpus: &[u32],
+) -> Result<TopologyReport, PlanError> {
+    let n = topo.cpus.len();
+    let square = |widths: Vec<usize>| widths.len() == n && widths.iter().all(|&w| w == n);
+    if !square(topo.relation.iter().map(Vec::len).collect())
+        || !square(topo.latency_ns.iter().map(Vec::len).collect())
+    {
+        return Err(PlanError::NotSquare {
+            path: path.to_path_buf(),
+            n,
+        });
+    }
+    if topo.cpus != cpus {
+        return Err(PlanError::OtherCpus {
+            path: path.to_path_buf(),
+            theirs: format_cpu_list(&topo.cpus),
+            ours: format_cpu_list(cpus),
+        });
+    }
+    Ok(topo)
+}
+
+/// The first step: everything, with the topology validated against an
+/// earlier one if there is one, else probed in full.
+pub fn first_step(validating: bool) -> StepPlan {
+    StepPlan {
+        light: true,
+        heavy: true,
+        topology: if validating {
+            TopologyStep::Validate
+        } else {
+            TopologyStep::Full
+        },
+    }
+}
+
+/// Under `--watch`: a light window every step, a heavy window and a
+/// topology validation only as often as asked.
+#[derive(Debug, Clone)]
+pub struct WatchSchedule {
+    heavy_every: Duration,
+    topology_every: Duration,
+    last_heavy: Instant,
+    last_topology: Instant,
+}
+
+impl WatchSchedule {
+    /// A schedule whose first step (heavy, topology) ran at `start`.
+    pub fn new(heavy_every: Duration, topology_every: Duration, start: Instant) -> WatchSchedule {
+        WatchSchedule {
+            heavy_every,
+            topology_every,
+            last_heavy: start,
+            last_topology: start,
+        }
+    }
+
+    /// The plan of the step that starts at `now`.
+    pub fn next(&mut self, now: Instant) -> StepPlan {
+        let heavy = now.duration_since(self.last_heavy) >= self.heavy_every;
+        let topology = now.duration_since(self.last_topology) >= self.topology_every;
+        if heavy {
+            self.last_heavy = now;
+        }
+        if topology {
+            self.last_topology = now;
+        }
+        StepPlan {
+            light: true,
+            heavy,
+            topology: if topology {
+                TopologyStep::Validate
+            } else {
+                TopologyStep::Skip
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vsched_model::Relation;
+
+    #[test]
+    fn takes_every_usable_vcpu_and_says_which_are_left_out() {
+        let s = select_cpus_from(None, &[0, 1, 2, 3], &[0, 2, 3]).unwrap();
+        assert_eq!(s.cpus, [0, 2, 3]);
+        assert_eq!(s.warnings.len(), 1);
+        assert!(
+            s.warnings[0].starts_with("vCPUs 1 are online"),
+            "{:?}",
+            s.warnings
+        );
+        assert!(matches!(
+            select_cpus_from(None, &[0, 1], &[4]),
+            Err(PlanError::NoneUsable)
+        ));
+    }
+
+    #[test]
+    fn a_requested_list_must_be_online_and_allowed() {
+        let s = select_cpus_from(Some("0,2"), &[0, 1, 2], &[0, 1, 2]).unwrap();
+        assert_eq!((s.cpus, s.warnings.len()), (vec![0, 2], 0));
+        let e = select_cpus_from(Some("5"), &[0, 1], &[0, 1]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "vCPU 5 is not online (online vCPUs: 0-1); pick from those with --cpus"
+        );
+        let e = select_cpus_from(Some("1"), &[0, 1], &[0]).unwrap_err();
+        assert!(matches!(e, PlanError::NotAllowed { cpu: 1, .. }), "{e}");
+        let e = select_cpus_from(Some("3-1"), &[0], &[0]).unwrap_err();
+        assert!(e.to_string().contains("malformed CPU list"), "{e}");
+        assert!(matches!(
+            select_cpus_from(Some(""), &[0], &[0]),
+            Err(PlanError::NoCpuNamed(_))
+        ));
+    }
+
+    #[test]
+    fn windows_default_shorter_under_watch() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            Windows::choose(None, None, None).unwrap(),
+            Windows {
+                light: ms(200),
+                heavy: ms(100)
+            }
+        );
+        assert_eq!(
+            Windows::choose(None, None, Some(ms(1000))).unwrap(),
+            Windows {
+                light: ms(100),
+                heavy: ms(10)
+            }
+        );
+        assert_eq!(
+            Windows::choose(Some(ms(50)), Some(ms(20)), None).unwrap(),
+            Windows {
+                light: ms(50),
+                heavy: ms(20)
+            }
+        );
+    }
+
+    #[test]
+    fn windows_stay_within_their_limits() {
+        let ms = Duration::from_millis;
+        assert!(matches!(
+            Windows::choose(None, Some(ms(901)), None),
+            Err(PlanError::HeavyTooLong)
+        ));
+        assert!(Windows::choose(None, Some(ms(900)), None).is_ok());
+        assert!(matches!(
+            Windows::choose(Some(Duration::from_secs(3601)), None, None),
+            Err(PlanError::LightTooLong)
+        ));
+        let e = Windows::choose(Some(ms(200)), None, Some(ms(100))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--duration (200ms) must be shorter than --interval (100ms)"
+        );
+    }
+
+    fn two_vcpus() -> TopologyReport {
+        TopologyReport {
+            mode: "full".into(),
+            valid: None,
+            cpus: vec![0, 1],
+            latency_ns: vec![vec![None, Some(50.0)], vec![Some(50.0), None]],
+            relation: vec![
+                vec![None, Some(Relation::Llc)],
+                vec![Some(Relation::Llc), None],
+            ],
+            levels: vec![],
+            pairs_probed: 1,
+            pairs_inferred: 0,
+            probes: vec![],
+        }
+    }
+
+    #[test]
+    fn an_earlier_topology_must_be_whole_and_cover_these_vcpus() {
+        let path = Path::new("earlier.json");
+        assert_eq!(
+            check_previous_topology(path, two_vcpus(), &[0, 1]).unwrap(),
+            two_vcpus()
+        );
+        let e = check_previous_topology(path, two_vcpus(), &[0, 2]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "earlier.json covers vCPUs 0-1, this probe 0,2: they must match to validate"
+        );
+        let mut torn = two_vcpus();
+        torn.latency_ns.pop();
+        assert!(matches!(
+            check_previous_topology(path, torn, &[0, 1]),
+            Err(PlanError::NotSquare { n: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn watch_plans_heavy_windows_and_topology_checks_when_due() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = WatchSchedule::new(s(5), s(10), t0);
+        let plan = w.next(t0 + s(1));
+        assert_eq!(
+            (plan.light, plan.heavy, plan.topology),
+            (true, false, TopologyStep::Skip)
+        );
+        let plan = w.next(t0 + s(5));
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
+        // The heavy window's clock restarted at 5 s; the topology's did not.
+        let plan = w.next(t0 + s(10));
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
+        let plan = w.next(t0 + s(12));
+        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
+    }
+
+    #[test]
+    fn the_first_step_validates_only_with_an_earlier_topology() {
+        assert_eq!(first_step(true).topology, TopologyStep::Validate);
+        assert_eq!(first_step(false).topology, TopologyStep::Full);
+        assert!(first_step(false).heavy && first_step(false).light);
+    }
+}
