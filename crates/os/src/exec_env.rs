@@ -68,15 +68,7 @@ pub const LIBRARY_NAME: &str = "libvsched_sync.so";
 /// most that always fits a u64). Allocation-free: the runtime calls it from
 /// its constructor.
 pub fn parse_ns(bytes: &[u8]) -> Option<u64> {
-    const MAX_DIGITS: usize = 19;
-    if bytes.is_empty() || bytes.len() > MAX_DIGITS || !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        bytes
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
-    )
+    crate::parse_decimal_u64(bytes)
 }
 
 #[cfg(test)]

@@ -87,15 +87,7 @@ impl Loadavg {
 /// "0.12 0.34 0.56 3/789 1234" → 3.
 pub fn parse_runnable(text: &[u8]) -> Option<u64> {
     let field = text.split(|b| *b == b' ').nth(3)?;
-    let running = field.split(|b| *b == b'/').next()?;
-    if running.is_empty() || running.len() > 19 || !running.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        running
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
-    )
+    crate::parse_decimal_u64(field.split(|b| *b == b'/').next()?)
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ extern "C" fn report_at_exit() {
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
     let forked_child = pid != STARTED_IN_PID.load(Relaxed);
-    if let Some(mode) = crate::config::env(c"VSCHED_SYNC_STATS") {
+    if let Some(mode) = crate::config::env(vsched_os::exec_env::STATS.c_name()) {
         if !forked_child {
             let text = if mode == b"json" {
                 crate::stats::to_json(pid)
@@ -53,7 +53,7 @@ extern "C" fn report_at_exit() {
             write_all(REPORT_FD.load(Relaxed), text.as_bytes());
         }
     }
-    if let Some(path) = crate::config::env(c"VSCHED_SYNC_STATS_JSON") {
+    if let Some(path) = crate::config::env(vsched_os::exec_env::STATS_JSON.c_name()) {
         let path = String::from_utf8_lossy(path);
         if forked_child && !path.contains("%p") {
             return;
