@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use vsched_spin::perf::OpenError;
-use vsched_spin::sample::now_ns;
+use vsched_spin::AttachError;
+use vsched_os::clock::monotonic_ns as now_ns;
 use vsched_spin::watchdog::Watchdog;
 use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
 
@@ -260,7 +261,7 @@ pub fn spin_detect(args: SpinDetectArgs) -> Result<bool> {
     let cfg = args.detect.config()?;
     signals::catch();
     let engine = attach(args.pid, cfg).map_err(|e| match e {
-        OpenError::Gone => anyhow::anyhow!("no process with pid {} (it may have exited)", args.pid),
+        AttachError::Gone => anyhow::anyhow!("no process with pid {} (it may have exited)", args.pid),
         e => anyhow::anyhow!("cannot watch pid {}: {e}", args.pid),
     })?;
     let deadline = args.duration.map(|d| Instant::now() + d);
@@ -295,7 +296,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         let engine = match attach(pid, cfg) {
             Ok(e) => Some(e),
             // Finished before detection could start: nothing to detect.
-            Err(OpenError::Gone) => None,
+            Err(AttachError::Gone) => None,
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -367,7 +368,7 @@ fn forward_sigterm(pid: i32, forwarded: &mut bool) {
     }
 }
 
-fn attach(pid: i32, cfg: Config) -> Result<Engine, OpenError> {
+fn attach(pid: i32, cfg: Config) -> Result<Engine, AttachError> {
     let watchdog = if cfg.action == Action::Deschedule {
         let exe = std::env::current_exe().map_err(OpenError::Other)?;
         let mut cmd = Command::new(exe);

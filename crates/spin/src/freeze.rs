@@ -16,8 +16,15 @@
 //! re-injects them at once; job-control stops (Ctrl-Z) are kept
 //! (PTRACE_LISTEN).
 
+use crate::threads;
 use std::collections::HashMap;
 use std::io;
+use vsched_os::clock::monotonic_ns;
+
+/// How long `release_all` waits for threads to reach a stop it can detach
+/// them from (2 s): a thread stuck in the kernel may never get there, and
+/// the kernel detaches it anyway when vsched exits.
+const RELEASE_PATIENCE_NS: u64 = 2_000_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -309,7 +316,7 @@ impl Freezer {
             .threads
             .keys()
             .copied()
-            .filter(|&tid| tid != leader && !thread_alive(leader, tid))
+            .filter(|&tid| tid != leader && !threads::running(leader, tid))
             .collect();
         for tid in dead {
             self.threads.remove(&tid);
@@ -341,8 +348,8 @@ impl Freezer {
                 }
             }
         }
-        let deadline = crate::sample::now_ns() + 2_000_000_000;
-        while !self.threads.is_empty() && crate::sample::now_ns() < deadline {
+        let deadline = monotonic_ns() + RELEASE_PATIENCE_NS;
+        while !self.threads.is_empty() && monotonic_ns() < deadline {
             let pending: Vec<i32> = self.threads.keys().copied().collect();
             for tid in pending {
                 // Stops, and exits of threads other than the process itself
@@ -373,7 +380,7 @@ impl Freezer {
                     self.threads.remove(&tid);
                 } else if pid == tid {
                     self.threads.remove(&tid); // exited, reaped
-                } else if tid == self.leader && !thread_alive(tid, tid) {
+                } else if tid == self.leader && !threads::running(tid, tid) {
                     self.threads.remove(&tid); // exiting: the parent reaps it
                 }
             }
@@ -406,17 +413,6 @@ impl Drop for Freezer {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(self.sigchld) };
     }
-}
-
-/// Whether thread `tid` of `pid` still runs (exists and is not a zombie).
-fn thread_alive(pid: i32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next());
-        !matches!(state, Some("Z" | "X"))
-    })
 }
 
 /// Collects the exit of traced thread `tid` if it has one (never blocks).

@@ -7,7 +7,7 @@ pub const NREGS: usize = 18;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
-    /// CLOCK_MONOTONIC, ns.
+    /// CLOCK_MONOTONIC, ns (`vsched_os::clock::monotonic_ns`'s clock).
     pub time_ns: u64,
     pub tid: i32,
     /// User-mode instruction pointer.
@@ -34,15 +34,4 @@ impl Sample {
         }
         h
     }
-}
-
-/// Now, on the clock samples are stamped with (CLOCK_MONOTONIC), ns.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

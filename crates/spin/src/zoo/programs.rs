@@ -6,7 +6,7 @@
 
 use super::compute::Kernel;
 use super::locks;
-pub use crate::sample::now_ns;
+use vsched_os::clock::monotonic_ns as now_ns;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Barrier};
