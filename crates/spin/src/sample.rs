@@ -4,6 +4,10 @@ use serde::{Deserialize, Serialize};
 
 /// General-purpose registers per sample (see `perf::REGS_MASK` for which).
 pub const NREGS: usize = 18;
+/// Where the instruction pointer sits in [`Sample::regs`] (perf's order).
+pub const IP_SLOT: usize = 8;
+/// Where RFLAGS sits in [`Sample::regs`] (perf's order).
+pub const FLAGS_SLOT: usize = 9;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
