@@ -10,7 +10,6 @@ mod render;
 mod signals;
 mod spin_cmd;
 mod wake_cost;
-mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -48,9 +47,6 @@ enum Command {
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
-    /// Test programs for the spin detector (benchmarks and tests)
-    #[command(hide = true)]
-    SpinZoo(zoo_cmd::ZooArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,7 +57,6 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
-        Command::SpinZoo(args) => zoo_cmd::run(args),
         Command::Exec(args) => {
             return match exec_cmd::run(args) {
                 Ok(code) => ExitCode::from(code),

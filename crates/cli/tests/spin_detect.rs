@@ -6,10 +6,23 @@ mod common;
 
 use common::{online_cpus, serial, vsched};
 use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
+
+/// The spin zoo's test programs (the `vsched-zoo` executable) next to the
+/// vsched under test. `cargo test -p vsched` does not build them: a test
+/// that needs them fails with the command that does.
+fn zoo() -> &'static str {
+    static ZOO: OnceLock<String> = OnceLock::new();
+    ZOO.get_or_init(|| {
+        let path = vsched_spin::zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
+        path.to_str().expect("a UTF-8 target directory").to_owned()
+    })
+}
 
 /// A zoo program that is killed when the test ends, however it ends.
 struct Program(Child);
@@ -29,9 +42,8 @@ fn four_x() -> String {
 fn endless_ring() -> Program {
     let threads = four_x();
     Program(
-        Command::new(VSCHED)
+        Command::new(zoo())
             .args([
-                "spin-zoo",
                 "ring",
                 "--threads",
                 &threads,
@@ -45,12 +57,7 @@ fn endless_ring() -> Program {
 }
 
 fn tids(pid: u32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    vsched_spin::threads::list(pid as i32).unwrap_or_default()
 }
 
 fn idle_threads(pid: u32) -> usize {
@@ -99,23 +106,19 @@ fn ring_seconds(detect: bool, handoffs: u64) -> f64 {
 fn ring_seconds_under(detect: bool, exec: bool, handoffs: u64) -> f64 {
     let threads = four_x();
     let handoffs = handoffs.to_string();
-    // vsched(args) runs the binary; each wrapper names it again for the next hop.
-    let mut args: Vec<&str> = vec![];
+    // Each wrapper runs the rest of the line as its program.
+    let mut command: Vec<&str> = vec![];
     if detect {
-        args.extend(["run", "--spin-detect", "--", VSCHED]);
+        command.extend([VSCHED, "run", "--spin-detect", "--"]);
     }
     if exec {
-        args.extend(["exec", "--spin-ns", "0", "--", VSCHED]);
+        command.extend([VSCHED, "exec", "--spin-ns", "0", "--"]);
     }
-    args.extend([
-        "spin-zoo",
-        "ring",
-        "--threads",
-        &threads,
-        "--handoffs",
-        &handoffs,
-    ]);
-    let out = vsched(&args);
+    command.extend([zoo(), "ring", "--threads", &threads, "--handoffs", &handoffs]);
+    let out = Command::new(command[0])
+        .args(&command[1..])
+        .output()
+        .expect("running the ring");
     assert!(
         out.status.success(),
         "{}",
@@ -171,8 +174,7 @@ fn ring_summary(extra: &[&str]) -> serde_json::Value {
     args.extend(extra);
     args.extend([
         "--",
-        VSCHED,
-        "spin-zoo",
+        zoo(),
         "ring",
         "--threads",
         &threads,
@@ -239,8 +241,8 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
     // the first half second.
     let run = Program(
         Command::new(VSCHED)
-            .args(["run", "--spin-detect", "--json", "--", VSCHED])
-            .args(["spin-zoo", "ring", "--threads", &threads])
+            .args(["run", "--spin-detect", "--json", "--", zoo()])
+            .args(["ring", "--threads", &threads])
             .args(["--handoffs", "50000"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -329,8 +331,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
             "run",
             "--spin-detect",
             "--",
-            VSCHED,
-            "spin-zoo",
+            zoo(),
             "ring",
             "--threads",
         ])

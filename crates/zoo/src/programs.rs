@@ -4,18 +4,14 @@
 //! The ring and queues wait in plain loops without a spin hint on purpose.
 #![allow(clippy::missing_spin_loop)]
 
-use super::compute::Kernel;
-use super::locks;
-use vsched_os::clock::monotonic_ns as now_ns;
+use crate::compute::Kernel;
+use crate::locks;
+use vsched_os::clock::monotonic_ns;
+use vsched_os::sched::gettid;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-
-fn gettid() -> i32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::gettid() }
-}
 
 /// A wait whose start and end the program itself recorded.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -113,9 +109,9 @@ pub fn spin_episodes(lock_name: &str, episodes: usize) -> Option<Truth> {
     let me = gettid();
     for _ in 0..episodes {
         held.wait();
-        let s = now_ns();
+        let s = monotonic_ns();
         let t = lock.lock();
-        let e = now_ns();
+        let e = monotonic_ns();
         lock.unlock(t);
         eps.push(Episode {
             tid: me,
