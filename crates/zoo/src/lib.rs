@@ -10,3 +10,8 @@ pub mod compute;
 pub mod exe;
 pub mod locks;
 pub mod programs;
+mod queue;
+pub mod truth;
+pub mod work;
+
+pub use truth::{Episode, Truth};
