@@ -38,6 +38,11 @@ pub const WATCH_PERIOD: Duration = Duration::from_micros(40);
 /// replay is wrong: the replay, not this, ends real waits, and a wrongly
 /// stopped thread loses five 4 ms scheduler ticks (HZ 250) at most.
 pub const WATCHED_LEASE: Duration = Duration::from_millis(20);
+/// Time without oversubscription before sampling relaxes to [`IDLE_PERIOD`]:
+/// long enough that a program between two busy phases keeps its full-rate
+/// sampling, short enough that an idle machine soon stops paying for timer
+/// interrupts nothing would come of.
+pub const RELAX_AFTER: Duration = Duration::from_millis(100);
 /// Longest time between two reads of the samples (`Engine::step`'s wait):
 /// new threads, the load and ended leases are noticed within it, and a ring
 /// buffer holds over 100 ms of samples at the default period, so none is lost.

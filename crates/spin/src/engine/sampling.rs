@@ -3,14 +3,12 @@
 //! suspect period for threads that spun recently.
 
 use super::Engine;
-use crate::config::Action;
+use crate::config::{self, Action};
 use crate::perf::ThreadSampler;
 
-/// Time without oversubscription before sampling relaxes to the idle period
-/// (100 ms): long enough that a program between two busy phases keeps its
-/// full-rate sampling, short enough that an idle machine soon stops paying
-/// for timer interrupts nothing would come of.
-const RELAX_AFTER_NS: u64 = 100_000_000;
+/// Time without oversubscription before sampling relaxes (see
+/// [`config::RELAX_AFTER`]).
+const RELAX_AFTER_NS: u64 = config::ns(config::RELAX_AFTER);
 
 /// Whether sampling relaxes at `now_ns`, the machine last seen oversubscribed
 /// at `last_over_ns`.
@@ -34,7 +32,7 @@ impl Engine {
         }
     }
 
-    /// Samples at the idle period after 100 ms without oversubscription,
+    /// Samples at the idle period after `RELAX_AFTER` without oversubscription,
     /// at the full period as soon as the machine is oversubscribed again.
     pub(super) fn adapt_sampling(&mut self, now_ns: u64) {
         if self.cfg.idle_period_ns <= self.cfg.period_ns {
