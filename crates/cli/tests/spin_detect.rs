@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use vsched_os::sched;
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 
@@ -22,6 +23,20 @@ fn zoo() -> &'static str {
         let path = vsched_spin::zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
         path.to_str().expect("a UTF-8 target directory").to_owned()
     })
+}
+
+/// Sends `sig` to `pid`, a process this test started (directly or through
+/// vsched) and has not reaped; returns kill's result.
+fn signal(pid: i32, sig: i32) -> i32 {
+    // SAFETY: kill takes no pointers; the process is still ours, so the id
+    // cannot have been reused by another.
+    unsafe { libc::kill(pid, sig) }
+}
+
+/// Whether the test runs as root (entry traps then stop threads themselves).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// A zoo program that is killed when the test ends, however it ends.
@@ -63,8 +78,7 @@ fn tids(pid: u32) -> Vec<i32> {
 fn idle_threads(pid: u32) -> usize {
     tids(pid)
         .into_iter()
-        // SAFETY: querying another thread's policy.
-        .filter(|&t| unsafe { libc::sched_getscheduler(t) } == libc::SCHED_IDLE)
+        .filter(|&t| sched::get(t).is_ok_and(|a| a.policy == sched::SCHED_IDLE))
         .count()
 }
 
@@ -210,8 +224,7 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
     }
 
     // As root the traps stop their threads themselves (a BPF program).
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+    if root() && n("entry_trap_failures") == 0 {
         assert!(n("trap_stops") > 0, "{s}");
         let s = ring_summary(&["--no-trap-stops"]);
         let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
@@ -265,8 +278,7 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
     let sent = 10;
     for i in 0..sent {
         std::thread::sleep(Duration::from_millis(50));
-        // SAFETY: signalling the ring, our grandchild.
-        let rc = unsafe { libc::kill(pid, libc::SIGURG) };
+        let rc = signal(pid, libc::SIGURG);
         assert_eq!(rc, 0, "the ring ended before SIGURG {i} was sent");
     }
     let mut run = run;
@@ -294,8 +306,7 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
             .unwrap_or_else(|| panic!("{k}: {summary}"))
     };
     assert!(n("entry_stops") > 100, "{summary}");
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+    if root() && n("entry_trap_failures") == 0 {
         assert!(n("trap_stops") > 0, "{summary}");
     }
     let truth: serde_json::Value = serde_json::from_str(&out).expect(&err);
@@ -353,8 +364,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
             ring != 0 && stopped_and_traced(ring).0 > 0
         },
     );
-    // SAFETY: signalling a process this test started (through vsched).
-    unsafe { libc::kill(ring as i32, libc::SIGSTOP) };
+    signal(ring as i32, libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(300));
     let before = cpu_ticks(ring);
     std::thread::sleep(Duration::from_millis(500));
@@ -363,7 +373,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
         before,
         "the program ran while job-control stopped"
     );
-    unsafe { libc::kill(ring as i32, libc::SIGCONT) };
+    signal(ring as i32, libc::SIGCONT);
     let start = Instant::now();
     let status = loop {
         if let Some(s) = run.try_wait().unwrap() {
@@ -443,8 +453,7 @@ fn sigterm_releases_every_held_thread(stop: bool) {
     let _guard = serial();
     let ring = endless_ring();
     let mut det = detector_holding_threads(&ring, stop);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(det.id() as i32, libc::SIGTERM) };
+    signal(det.id() as i32, libc::SIGTERM);
     let status = det.wait().unwrap();
     assert!(status.success(), "{status:?}");
     // Released by vsched itself before it exited: no delay allowed.
@@ -496,8 +505,7 @@ fn sigterm_is_forwarded_once() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    signal(run.id() as i32, libc::SIGTERM);
     let out = run.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("term").count(), 1, "{text:?}");

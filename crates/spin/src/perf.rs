@@ -80,7 +80,9 @@ pub struct ThreadSampler {
     pub lost: u64,
 }
 
-// The mapping belongs to this sampler alone; moving it between threads is fine.
+// SAFETY: the raw pointer is this sampler's own mapping of its ring buffer,
+// used only through &mut self; nothing in it is tied to the thread that
+// opened it, so the sampler may move to another thread.
 unsafe impl Send for ThreadSampler {}
 
 impl ThreadSampler {
@@ -186,13 +188,19 @@ impl ThreadSampler {
     /// Hands every sample recorded since the last call to `f`, oldest first.
     pub fn drain(&mut self, mut f: impl FnMut(Sample)) {
         let meta = self.base as *mut sys::bindings::perf_event_mmap_page;
+        // SAFETY: the mapping is one metadata page followed by the data
+        // pages: base + one page is inside it.
         let data = unsafe { self.base.add(self.page) };
         let size = self.data_size;
-        // SAFETY: the first page is the kernel's metadata page; data_head is
-        // read before the records (acquire), data_tail written after (release).
+        // SAFETY: the first page is the kernel's metadata page, mapped for
+        // the sampler's life; data_head is read before the records
+        // (acquire), data_tail written after them (release), as
+        // perf_event_open(2) prescribes.
         let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
         fence(Ordering::Acquire);
+        // SAFETY: as above; only we write data_tail.
         let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        // Larger than any record asked for: a sample is 8 + 4*8 + 18*8 bytes.
         let mut record = [0u8; 512];
         while tail < head {
             let header = read_bytes::<8>(data, size, tail);

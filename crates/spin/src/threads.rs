@@ -53,10 +53,11 @@ mod tests {
     #[test]
     fn reads_blocked_signals() {
         let me = std::process::id() as i32;
-        // SAFETY: a signal mask change on a thread of our own, undone below.
         let (tid, blocked, unblocked) = std::thread::spawn(move || {
-            let tid = unsafe { libc::gettid() };
+            let tid = vsched_os::sched::gettid();
             let unblocked = super::blocks_signal(me, tid, libc::SIGURG);
+            // SAFETY: the set is a local sigset_t initialised by
+            // sigemptyset; the mask changed is this short-lived thread's.
             unsafe {
                 let mut set: libc::sigset_t = std::mem::zeroed();
                 libc::sigemptyset(&mut set);
