@@ -385,7 +385,8 @@ fn gone(e: &anyhow::Error) -> bool {
 /// The watchdog that restores demoted threads if vsched dies: this same
 /// executable, `vsched spin-watchdog`.
 fn spawn_watchdog() -> Result<Watchdog> {
-    let exe = std::env::current_exe().context("cannot find vsched's executable for the watchdog")?;
+    let exe =
+        std::env::current_exe().context("cannot find vsched's executable for the watchdog")?;
     let mut cmd = Command::new(exe);
     cmd.arg("spin-watchdog");
     Watchdog::spawn(cmd).context("cannot start the watchdog (vsched spin-watchdog)")
@@ -458,7 +459,14 @@ fn finish(
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let detector_cpu_s = process_cpu_ns() as f64 / 1e9;
-    let summary = Summary::new(pid, args.action(), elapsed_s, ended_by, detector_cpu_s, report.stats);
+    let summary = Summary::new(
+        pid,
+        args.action(),
+        elapsed_s,
+        ended_by,
+        detector_cpu_s,
+        report.stats,
+    );
     let json = serde_json::to_string(&summary)?;
     if let Some(path) = &args.summary_out {
         std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;

@@ -20,7 +20,8 @@ const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 fn zoo() -> &'static str {
     static ZOO: OnceLock<String> = OnceLock::new();
     ZOO.get_or_init(|| {
-        let path = vsched_spin::zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
+        let path =
+            vsched_spin::zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
         path.to_str().expect("a UTF-8 target directory").to_owned()
     })
 }
@@ -58,13 +59,7 @@ fn endless_ring() -> Program {
     let threads = four_x();
     Program(
         Command::new(zoo())
-            .args([
-                "ring",
-                "--threads",
-                &threads,
-                "--handoffs",
-                "1000000000000",
-            ])
+            .args(["ring", "--threads", &threads, "--handoffs", "1000000000000"])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting the ring"),
@@ -128,7 +123,14 @@ fn ring_seconds_under(detect: bool, exec: bool, handoffs: u64) -> f64 {
     if exec {
         command.extend([VSCHED, "exec", "--spin-ns", "0", "--"]);
     }
-    command.extend([zoo(), "ring", "--threads", &threads, "--handoffs", &handoffs]);
+    command.extend([
+        zoo(),
+        "ring",
+        "--threads",
+        &threads,
+        "--handoffs",
+        &handoffs,
+    ]);
     let out = Command::new(command[0])
         .args(&command[1..])
         .output()
@@ -338,14 +340,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
     let _guard = serial();
     let threads = four_x();
     let mut run = Command::new(VSCHED)
-        .args([
-            "run",
-            "--spin-detect",
-            "--",
-            zoo(),
-            "ring",
-            "--threads",
-        ])
+        .args(["run", "--spin-detect", "--", zoo(), "ring", "--threads"])
         .args([&threads, "--handoffs", "20000"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

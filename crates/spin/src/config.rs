@@ -52,7 +52,8 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub const MIN_PERIOD: Duration = Duration::from_nanos(MIN_PERIOD_NS);
 /// The kernel's range for custom slices (sched_attr.sched_runtime of a fair
 /// task, Linux 6.12 and later).
-pub const SLICE_RANGE: (Duration, Duration) = (Duration::from_micros(100), Duration::from_millis(100));
+pub const SLICE_RANGE: (Duration, Duration) =
+    (Duration::from_micros(100), Duration::from_millis(100));
 
 /// A duration spelt as the command line takes it ("500us", "10ms", "2s"):
 /// in the largest unit that states it exactly. Error messages and the
@@ -234,7 +235,13 @@ mod tests {
             ..Config::default()
         };
         let err = cfg.validate().unwrap_err();
-        assert!(matches!(err, ConfigError::PeriodTooShort { setting: "suspect period", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::PeriodTooShort {
+                setting: "suspect period",
+                ..
+            }
+        ));
         assert!(err.to_string().contains("at least 10us"), "{err}");
         // The limit itself is fine.
         let cfg = Config {

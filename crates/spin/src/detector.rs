@@ -275,7 +275,8 @@ impl ThreadDetector {
                     self.episode_ips.push(e.ip);
                 }
             }
-            if known && !self.episode_ips.contains(&seen.ip) && self.episode_ips.len() < EPISODE_IPS {
+            if known && !self.episode_ips.contains(&seen.ip) && self.episode_ips.len() < EPISODE_IPS
+            {
                 self.episode_ips.push(seen.ip);
             }
             if !self.spinning {
@@ -445,14 +446,20 @@ mod tests {
                 window: 4
             })
         );
-        assert_eq!(with(1, 1, 1).validate(), Err(ParamsError::Window { window: 1 }));
+        assert_eq!(
+            with(1, 1, 1).validate(),
+            Err(ParamsError::Window { window: 1 })
+        );
         assert_eq!(
             with(MAX_WINDOW + 1, 2, 2).validate(),
             Err(ParamsError::Window {
                 window: MAX_WINDOW + 1
             })
         );
-        assert_eq!(with(MAX_WINDOW, MAX_WINDOW - 1, MAX_WINDOW).validate(), Ok(()));
+        assert_eq!(
+            with(MAX_WINDOW, MAX_WINDOW - 1, MAX_WINDOW).validate(),
+            Ok(())
+        );
         assert_eq!(
             with(4, 2, 0).validate(),
             Err(ParamsError::Pauses {
@@ -468,7 +475,11 @@ mod tests {
             })
         );
         // The message names the setting, as the command line's flags do.
-        assert!(with(1, 1, 1).validate().unwrap_err().to_string().starts_with("window"));
+        assert!(with(1, 1, 1)
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("window"));
     }
 
     #[test]

@@ -18,7 +18,8 @@ pub fn alive(pid: i32) -> bool {
 
 /// Whether thread `tid` of `pid` still runs (exists and is not a zombie).
 pub fn running(pid: i32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| live_state(&stat))
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .is_ok_and(|stat| live_state(&stat))
 }
 
 /// Whether thread `tid` of `pid` is still listed in /proc, zombie or not: a

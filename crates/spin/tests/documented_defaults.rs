@@ -80,7 +80,10 @@ fn the_table_lists_every_default_as_the_library_has_it() {
     let mut documented = table();
     expected.sort();
     documented.sort();
-    assert_eq!(documented, expected, "docs/spin.md's defaults table (left) is not the library's (right)");
+    assert_eq!(
+        documented, expected,
+        "docs/spin.md's defaults table (left) is not the library's (right)"
+    );
 }
 
 #[test]

@@ -3,11 +3,11 @@
 //! watch like any other program, and prints what it knows about itself (its
 //! `Truth`) as JSON on stdout.
 
+use crate::{compute, locks, programs, programs::Truth};
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
 use std::io::BufRead;
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::{compute, locks, programs, programs::Truth};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -49,11 +49,20 @@ mod tests {
     #[test]
     fn a_missing_zoo_names_the_command_that_builds_it() {
         let err = beside(Path::new("/nonexistent/target/release/vsched")).unwrap_err();
-        assert_eq!(err.path, Path::new("/nonexistent/target/release/vsched-zoo"));
+        assert_eq!(
+            err.path,
+            Path::new("/nonexistent/target/release/vsched-zoo")
+        );
         assert_eq!(err.build_command, "cargo build --release -p vsched-zoo");
         let text = err.to_string();
-        assert!(text.contains("/nonexistent/target/release/vsched-zoo"), "{text}");
-        assert!(text.contains("`cargo build --release -p vsched-zoo`"), "{text}");
+        assert!(
+            text.contains("/nonexistent/target/release/vsched-zoo"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`cargo build --release -p vsched-zoo`"),
+            "{text}"
+        );
         let debug = beside(Path::new("/nonexistent/target/debug/vsched")).unwrap_err();
         assert_eq!(debug.build_command, "cargo build -p vsched-zoo");
     }

@@ -184,7 +184,9 @@ impl SpinLock for PartitionedTicket {
     }
     fn unlock(&self, _: usize) {
         let next = self.owner_ticket.load(Relaxed) + 1;
-        self.slots[(next % PARTITIONS as u64) as usize].0.store(next, Release);
+        self.slots[(next % PARTITIONS as u64) as usize]
+            .0
+            .store(next, Release);
     }
 }
 

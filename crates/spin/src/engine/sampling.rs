@@ -124,6 +124,11 @@ mod tests {
         let later = last_spin + suspect_ns + 1;
         assert!(no_longer_suspect(false, later, last_spin, suspect_ns));
         assert!(!no_longer_suspect(true, later, last_spin, suspect_ns));
-        assert!(!no_longer_suspect(false, last_spin + suspect_ns, last_spin, suspect_ns));
+        assert!(!no_longer_suspect(
+            false,
+            last_spin + suspect_ns,
+            last_spin,
+            suspect_ns
+        ));
     }
 }

@@ -298,29 +298,27 @@ impl Engine {
         }
     }
 
-    /// A hit of `tid`'s trap did not lead to a worthwhile stop; the trap
-    /// goes for good if such hits outweigh its stops.
+    /// A hit of `tid`'s trap did not lead to a worthwhile stop.
     fn count_trap_pass(&mut self, tid: i32) {
-        let Some(e) = self.threads.get_mut(&tid).and_then(|t| t.entry.as_mut()) else {
-            return;
-        };
-        e.tally.passes += 1;
-        if e.tally.wasted() {
-            self.remove_entry_trap(tid, true);
-        }
+        self.count_against_trap(tid, |tally| tally.passes += 1);
     }
 
     /// A stop by `tid`'s entry trap ended after `held_ns`: one too short to
     /// pay for itself counts against the trap.
     pub(super) fn judge_trap_stop(&mut self, tid: i32, held_ns: u64) {
-        if held_ns >= ENTRY_MIN_HOLD_NS {
-            return;
+        if held_ns < ENTRY_MIN_HOLD_NS {
+            self.stats.entry_stops_short += 1;
+            self.count_against_trap(tid, |tally| tally.short += 1);
         }
-        self.stats.entry_stops_short += 1;
+    }
+
+    /// Counts something against `tid`'s trap; the trap goes for good once
+    /// such things outweigh its stops.
+    fn count_against_trap(&mut self, tid: i32, count: impl FnOnce(&mut Tally)) {
         let Some(e) = self.threads.get_mut(&tid).and_then(|t| t.entry.as_mut()) else {
             return;
         };
-        e.tally.short += 1;
+        count(&mut e.tally);
         if e.tally.wasted() {
             self.remove_entry_trap(tid, true);
         }
@@ -396,7 +394,10 @@ mod tests {
         }
         assert_eq!(untrapped.len(), UNTRAPPED_MEMORY);
         assert_eq!(untrapped.first(), Some(&0x1002));
-        assert_eq!(untrapped.last(), Some(&(0x1000 + UNTRAPPED_MEMORY as u64 + 1)));
+        assert_eq!(
+            untrapped.last(),
+            Some(&(0x1000 + UNTRAPPED_MEMORY as u64 + 1))
+        );
     }
 
     #[test]

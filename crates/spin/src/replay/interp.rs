@@ -324,7 +324,10 @@ impl Cpu {
                 if d == 0 || !(bits == 32 || bits == 64) {
                     return None;
                 }
-                let (lo, hi) = (self.regs[RAX_SLOT] & mask(bits), self.regs[RDX_SLOT] & mask(bits));
+                let (lo, hi) = (
+                    self.regs[RAX_SLOT] & mask(bits),
+                    self.regs[RDX_SLOT] & mask(bits),
+                );
                 let n = ((hi as u128) << bits) | lo as u128;
                 let q = n / d as u128;
                 if q > mask(bits) as u128 {

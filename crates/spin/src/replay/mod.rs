@@ -182,7 +182,9 @@ impl Replayer {
                 } else {
                     // Registers moved by one whole iteration (IP and FLAGS aside).
                     let moved = (0..NREGS)
-                        .filter(|&i| i != IP_SLOT && i != FLAGS_SLOT && cpu.regs[i] != first_pass[i])
+                        .filter(|&i| {
+                            i != IP_SLOT && i != FLAGS_SLOT && cpu.regs[i] != first_pass[i]
+                        })
                         .count();
                     if cpu.loads == 0 || moved > 1 {
                         return (Replay::Progressing, None);
