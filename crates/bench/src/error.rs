@@ -37,8 +37,10 @@ pub enum BenchError {
         source: serde_json::Error,
     },
     /// The spin detector could not sample the program it should observe.
+    #[error(transparent)]
+    ZooNotBuilt(#[from] vsched_zoo::exe::NotBuilt),
     #[error("cannot sample the zoo")]
-    Sample(#[source] vsched_spin::perf::OpenError),
+    Sample(#[source] vsched_spin::AttachError),
     #[error("no C compiler (cc) found; install one: apt-get install gcc")]
     NoCompiler,
     #[error("cannot run cc")]

@@ -16,7 +16,7 @@
 //!   truth) goes through this one module.
 //!
 //! The benchmarks run programs through the `vsched` binary (`exec`, `run
-//! --spin-detect`, `spin-zoo`), named by the caller in a `Harness`. Medians
+//! --spin-detect`) and the `vsched-zoo` executable beside it, named by the caller in a `Harness`. Medians
 //! come from vsched-model's `stats`.
 
 pub mod compare;

@@ -1,8 +1,8 @@
 //! The spin zoo as the benchmarks see it: its test programs (spin locks,
 //! compute kernels, ring, pipeline), their names, how they are started and
-//! the ground truth they print. Every use of `vsched_spin::zoo` and of the
-//! hidden `vsched spin-zoo` subcommand in this crate is here, so that moving
-//! the zoo (to its own crate and binary) changes this module only.
+//! the ground truth they print. The zoo is the dev-only crate vsched-zoo,
+//! run as the `vsched-zoo` executable found next to `vsched`; every use of
+//! it in this crate is here.
 
 use crate::BenchError;
 use std::ffi::OsString;
@@ -11,29 +11,30 @@ use std::process::Command;
 
 /// What a zoo program reports about itself (ground truth for scoring), and
 /// one timed wait of its waiting threads.
-pub use vsched_spin::zoo::programs::{Episode, Truth};
+pub use vsched_zoo::{Episode, Truth};
 
 /// The zoo's waiting implementations (spin locks, flag loops, ...).
 pub fn lock_names() -> &'static [&'static str] {
-    vsched_spin::zoo::locks::NAMES
+    vsched_zoo::locks::NAMES
 }
 
 /// The zoo's compute kernels (code that must never read as spinning).
 pub fn kernel_names() -> &'static [&'static str] {
-    vsched_spin::zoo::compute::NAMES
+    vsched_zoo::compute::NAMES
 }
 
-/// The program and leading arguments that start the zoo: `vsched spin-zoo`.
-pub fn program(vsched: &Path) -> (PathBuf, Vec<OsString>) {
-    (vsched.to_path_buf(), vec!["spin-zoo".into()])
+/// The program and leading arguments that start the zoo: the `vsched-zoo`
+/// executable beside `vsched` (an error says how to build it if missing).
+pub fn program(vsched: &Path) -> Result<(PathBuf, Vec<OsString>), BenchError> {
+    Ok((vsched_zoo::exe::beside(vsched)?, Vec::new()))
 }
 
 /// A command that runs the zoo with `args`.
-pub fn command(vsched: &Path, args: &[String]) -> Command {
-    let (exe, lead) = program(vsched);
+pub fn command(vsched: &Path, args: &[String]) -> Result<Command, BenchError> {
+    let (exe, lead) = program(vsched)?;
     let mut cmd = Command::new(exe);
     cmd.args(lead).args(args);
-    cmd
+    Ok(cmd)
 }
 
 /// Timed waits of one waiting implementation.
@@ -98,14 +99,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn runs_through_the_vsched_binary() {
-        let cmd = command(Path::new("/bin/vsched"), &ring_args(8, 300));
-        assert_eq!(cmd.get_program(), "/bin/vsched");
-        let args: Vec<_> = cmd.get_args().collect();
-        assert_eq!(
-            args,
-            ["spin-zoo", "ring", "--threads", "8", "--handoffs", "300"]
+    fn runs_the_zoo_executable_beside_vsched() {
+        let dir = std::env::temp_dir().join(format!("vsched-bench-zoo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vsched = dir.join("vsched");
+        assert!(
+            matches!(command(&vsched, &[]), Err(BenchError::ZooNotBuilt(_))),
+            "no vsched-zoo there yet"
         );
+        std::fs::write(dir.join(vsched_zoo::exe::EXECUTABLE), "").unwrap();
+        let cmd = command(&vsched, &ring_args(8, 300)).unwrap();
+        assert_eq!(cmd.get_program(), dir.join("vsched-zoo").as_os_str());
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(args, ["ring", "--threads", "8", "--handoffs", "300"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

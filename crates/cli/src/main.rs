@@ -9,7 +9,6 @@ mod progress;
 mod render;
 mod signals;
 mod spin_cmd;
-mod zoo_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -47,9 +46,6 @@ enum Command {
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
-    /// Test programs for the spin detector (benchmarks and tests)
-    #[command(hide = true)]
-    SpinZoo(zoo_cmd::ZooArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,7 +56,6 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
-        Command::SpinZoo(args) => zoo_cmd::run(args),
         Command::Exec(args) => return program_exit(exec_cmd::run(args)),
         Command::Run(args) => {
             return match spin_cmd::run(args) {

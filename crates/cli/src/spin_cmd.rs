@@ -5,15 +5,16 @@ use crate::probe_cmd::parse_duration;
 use crate::signals;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use vsched_spin::perf::OpenError;
-use vsched_spin::sample::now_ns;
+use vsched_os::clock::{monotonic_ns, process_cpu_ns};
+use vsched_spin::config::{self, ns, FlagDuration};
+use vsched_spin::detector;
+use vsched_spin::summary::{EndedBy, Summary};
 use vsched_spin::watchdog::Watchdog;
-use vsched_spin::{Action, Config, DetectorParams, Engine, Stats};
+use vsched_spin::{Action, AttachError, Config, DetectorParams, Engine};
 
 const HOW_IT_WORKS: &str = "\
 HOW IT WORKS
@@ -43,6 +44,13 @@ HOW IT WORKS
   change its threads' scheduling (same user; root to restore RT policies).
   Without ptrace access spinners are demoted instead.";
 
+/// A duration flag's value. It prints as it parses ("500us"), so clap can
+/// show the library's default (vsched_spin::config), which is the only place
+/// defaults are stated.
+fn duration_flag(s: &str) -> Result<FlagDuration, String> {
+    parse_duration(s).map(FlagDuration)
+}
+
 /// Options shared by `spin-detect` and `run --spin-detect`.
 #[derive(Args, Debug, Clone)]
 pub struct DetectArgs {
@@ -51,42 +59,40 @@ pub struct DetectArgs {
     observe: bool,
 
     /// Sampling period, in each thread's CPU time
-    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration, allow_hyphen_values = true)]
-    period: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::PERIOD), value_parser = duration_flag, allow_hyphen_values = true)]
+    period: FlagDuration,
 
-    /// Sampling period while the machine has not been oversubscribed for
-    /// 100 ms (nothing is done about spinning then); equal to --period: off
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true)]
-    idle_period: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::IDLE_PERIOD), value_parser = duration_flag, allow_hyphen_values = true, help = idle_period_help())]
+    idle_period: FlagDuration,
 
     /// Samples in the detector's decision window
-    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().window)]
+    #[arg(long, value_name = "N", default_value_t = detector::WINDOW)]
     window: usize,
 
     /// Samples of the window that must repeat an earlier register state
-    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().repeats)]
+    #[arg(long, value_name = "N", default_value_t = detector::REPEATS)]
     repeats: usize,
 
     /// Samples of the window that must sit on a PAUSE instruction
-    #[arg(long, value_name = "N", default_value_t = DetectorParams::default().pauses)]
+    #[arg(long, value_name = "N", default_value_t = detector::PAUSES)]
     pauses: usize,
 
     /// Longest demotion without a new sample showing the thread still spins
-    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_duration, allow_hyphen_values = true)]
-    lease: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::LEASE), value_parser = duration_flag, allow_hyphen_values = true)]
+    lease: FlagDuration,
 
     /// Sampling period of threads that spun recently (catches them again quickly)
-    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration, allow_hyphen_values = true)]
-    suspect_period: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::SUSPECT_PERIOD), value_parser = duration_flag, allow_hyphen_values = true)]
+    suspect_period: FlagDuration,
 
     /// Time slice asked for a demoted thread (honoured by Linux >= 6.12)
-    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration, allow_hyphen_values = true)]
-    slice: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::SLICE), value_parser = duration_flag, allow_hyphen_values = true)]
+    slice: FlagDuration,
 
     /// Longest time between two reads of the samples (threads that spun
     /// recently wake the detector with every sample; leases when they end)
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true)]
-    tick: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::TICK), value_parser = duration_flag, allow_hyphen_values = true)]
+    tick: FlagDuration,
 
     /// Do not force demoted threads that still spin off their vCPU
     #[arg(long)]
@@ -115,13 +121,13 @@ pub struct DetectArgs {
     no_trap_stops: bool,
 
     /// How often the words polled by stopped threads are checked
-    #[arg(long, value_name = "DURATION", default_value = "40us", value_parser = parse_duration, allow_hyphen_values = true)]
-    watch_period: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::WATCH_PERIOD), value_parser = duration_flag, allow_hyphen_values = true)]
+    watch_period: FlagDuration,
 
     /// Longest hold of a thread whose wait loop replays (a safety net: the
     /// replay resumes it when its wait ends)
-    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
-    watched_lease: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::WATCHED_LEASE), value_parser = duration_flag, allow_hyphen_values = true)]
+    watched_lease: FlagDuration,
 
     /// Print the summary as JSON
     #[arg(long)]
@@ -140,45 +146,50 @@ pub struct DetectArgs {
     record: Option<PathBuf>,
 }
 
+fn idle_period_help() -> String {
+    format!(
+        "Sampling period while the machine has not been oversubscribed for {} (nothing is \
+         done about spinning then); equal to --period: off",
+        FlagDuration(config::RELAX_AFTER)
+    )
+}
+
 impl DetectArgs {
+    /// The engine's configuration; the library checks it.
     fn config(&self) -> Result<Config> {
-        let params = DetectorParams {
-            window: self.window,
-            repeats: self.repeats,
-            pauses: self.pauses,
-            ..Default::default()
-        };
-        params.validate().map_err(anyhow::Error::msg)?;
-        if self.period < Duration::from_micros(10)
-            || self.suspect_period < Duration::from_micros(10)
-        {
-            bail!("--period and --suspect-period must be at least 10us (the kernel's limit for cpu-clock)");
-        }
-        if !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&self.slice) {
-            bail!("--slice must be between 100us and 100ms (the kernel's range for custom slices)");
-        }
-        Ok(Config {
-            period_ns: self.period.as_nanos() as u64,
-            idle_period_ns: self.idle_period.as_nanos() as u64,
-            suspect_period_ns: self.suspect_period.as_nanos() as u64,
-            suspect_ns: 50_000_000,
-            params,
-            action: if self.observe {
-                Action::Observe
-            } else {
-                Action::Deschedule
+        let cfg = Config {
+            period_ns: ns(self.period.0),
+            idle_period_ns: ns(self.idle_period.0),
+            suspect_period_ns: ns(self.suspect_period.0),
+            params: DetectorParams {
+                window: self.window,
+                repeats: self.repeats,
+                pauses: self.pauses,
+                ..DetectorParams::default()
             },
-            slice_ns: self.slice.as_nanos() as u64,
-            max_demotion_ns: self.lease.as_nanos() as u64,
+            action: self.action(),
+            slice_ns: ns(self.slice.0),
+            max_demotion_ns: ns(self.lease.0),
             record_samples: self.record.is_some(),
             kick: !self.no_kick,
             replay: !self.no_replay,
             stop: !self.no_stop,
-            watch_period_ns: self.watch_period.as_nanos() as u64,
-            watched_lease_ns: self.watched_lease.as_nanos() as u64,
+            watch_period_ns: ns(self.watch_period.0),
+            watched_lease_ns: ns(self.watched_lease.0),
             entry_traps: !self.no_entry_traps,
             trap_stops: !self.no_trap_stops,
-        })
+            ..Config::default()
+        };
+        cfg.validate().context("invalid detector settings")?;
+        Ok(cfg)
+    }
+
+    fn action(&self) -> Action {
+        if self.observe {
+            Action::Observe
+        } else {
+            Action::Deschedule
+        }
     }
 
     fn live_every(&self) -> Option<Duration> {
@@ -238,38 +249,24 @@ pub struct RunArgs {
     program: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct Summary<'a> {
-    schema: &'static str,
-    version: u32,
-    pid: i32,
-    action: Action,
-    elapsed_s: f64,
-    /// Why detection ended: "exited", "signal", "duration".
-    ended_by: &'a str,
-    /// CPU time the detector itself used (user + system), s.
-    detector_cpu_s: f64,
-    #[serde(flatten)]
-    stats: Stats,
-}
-
 pub fn spin_detect(args: SpinDetectArgs) -> Result<bool> {
     if args.pid <= 0 {
         bail!("--pid must be a positive process id, got {}", args.pid);
     }
     let cfg = args.detect.config()?;
     signals::catch();
-    let engine = attach(args.pid, cfg).map_err(|e| match e {
-        OpenError::Gone => anyhow::anyhow!("no process with pid {} (it may have exited)", args.pid),
-        e => anyhow::anyhow!("cannot watch pid {}: {e}", args.pid),
-    })?;
-    let deadline = args.duration.map(|d| Instant::now() + d);
     let pid = args.pid;
+    let engine = match attach(pid, cfg) {
+        Ok(engine) => engine,
+        Err(e) if gone(&e) => bail!("no process with pid {pid} (it may have exited)"),
+        Err(e) => return Err(e.context(format!("cannot watch pid {pid}"))),
+    };
+    let deadline = args.duration.map(|d| Instant::now() + d);
     let (engine, ended_by, elapsed) = detect_loop(engine, &args.detect, || {
         if !vsched_spin::threads::alive(pid) {
-            Some("exited")
+            Some(EndedBy::Exited)
         } else if deadline.is_some_and(|d| Instant::now() >= d) {
-            Some("duration")
+            Some(EndedBy::Duration)
         } else {
             None
         }
@@ -295,11 +292,11 @@ pub fn run(args: RunArgs) -> Result<u8> {
         let engine = match attach(pid, cfg) {
             Ok(e) => Some(e),
             // Finished before detection could start: nothing to detect.
-            Err(OpenError::Gone) => None,
+            Err(e) if gone(&e) => None,
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("cannot watch the program: {e}");
+                return Err(e.context("cannot watch the program"));
             }
         };
         if let Some(engine) = engine {
@@ -309,7 +306,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
                 // wait would also return (and consume) their ptrace stops.
                 if has_exited(pid) {
                     status = child.wait().ok();
-                    Some("exited")
+                    Some(EndedBy::Exited)
                 } else {
                     None
                 }
@@ -340,8 +337,10 @@ pub fn run(args: RunArgs) -> Result<u8> {
 
 /// Whether our child `pid` has exited (its status is left to be reaped).
 fn has_exited(pid: i32) -> bool {
-    // SAFETY: waitid fills a local siginfo.
+    // SAFETY: siginfo_t is plain data, valid when zeroed.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only `info`, a valid siginfo_t; WNOWAIT leaves
+    // the child's status to be reaped by Child::wait.
     let rc = unsafe {
         libc::waitid(
             libc::P_PID,
@@ -350,7 +349,8 @@ fn has_exited(pid: i32) -> bool {
             libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
         )
     };
-    // SAFETY: si_pid is valid for SIGCHLD-type siginfo.
+    // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed, pid 0),
+    // for which si_pid is the valid member.
     rc == 0
         && unsafe { info.si_pid() } == pid
         && matches!(
@@ -361,30 +361,43 @@ fn has_exited(pid: i32) -> bool {
 
 fn forward_sigterm(pid: i32, forwarded: &mut bool) {
     if !*forwarded && signals::last() == libc::SIGTERM {
-        // SAFETY: signalling our own child.
+        // SAFETY: kill has no memory-safety preconditions; `pid` is our own
+        // child, not yet reaped, so the id cannot name another process.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         *forwarded = true;
     }
 }
 
-fn attach(pid: i32, cfg: Config) -> Result<Engine, OpenError> {
-    let watchdog = if cfg.action == Action::Deschedule {
-        let exe = std::env::current_exe().map_err(OpenError::Other)?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("spin-watchdog");
-        Some(Watchdog::spawn(cmd).map_err(OpenError::Other)?)
-    } else {
-        None
+/// Starts detection on `pid`, with a watchdog when it deschedules.
+fn attach(pid: i32, cfg: Config) -> Result<Engine> {
+    let watchdog = match cfg.action {
+        Action::Deschedule => Some(spawn_watchdog()?),
+        Action::Observe => None,
     };
-    Engine::attach(pid, cfg, watchdog)
+    Ok(Engine::attach(pid, cfg, watchdog)?)
+}
+
+/// Whether `attach` failed because the process is gone.
+fn gone(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<AttachError>(), Some(AttachError::Gone))
+}
+
+/// The watchdog that restores demoted threads if vsched dies: this same
+/// executable, `vsched spin-watchdog`.
+fn spawn_watchdog() -> Result<Watchdog> {
+    let exe =
+        std::env::current_exe().context("cannot find vsched's executable for the watchdog")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("spin-watchdog");
+    Watchdog::spawn(cmd).context("cannot start the watchdog (vsched spin-watchdog)")
 }
 
 /// Polls the engine until `done` names a reason or a signal arrives.
 fn detect_loop(
     mut engine: Engine,
     args: &DetectArgs,
-    mut done: impl FnMut() -> Option<&'static str>,
-) -> (Engine, &'static str, f64) {
+    mut done: impl FnMut() -> Option<EndedBy>,
+) -> (Engine, EndedBy, f64) {
     // The detector must run the moment it wakes, even on vCPUs full of
     // spinners (set after the program and watchdog started: they must not inherit it).
     vsched_probe::sys::apply_policy(vsched_probe::sys::Policy::High);
@@ -394,12 +407,12 @@ fn detect_loop(
     let mut warned = false;
     let ended_by = loop {
         if signals::stopped() {
-            break "signal";
+            break EndedBy::Signal;
         }
         if let Some(reason) = done() {
             break reason;
         }
-        if let Err(e) = engine.step(args.tick.as_nanos() as u64) {
+        if let Err(e) = engine.step(ns(args.tick.0)) {
             if !warned {
                 eprintln!("vsched: warning: a new thread cannot be sampled: {e}");
                 warned = true;
@@ -414,7 +427,7 @@ fn detect_loop(
         }
     };
     // Samples taken since the last tick still count.
-    engine.poll(now_ns());
+    engine.poll(monotonic_ns());
     (engine, ended_by, start.elapsed().as_secs_f64())
 }
 
@@ -435,31 +448,25 @@ fn live_line(engine: &Engine, elapsed: Duration) {
 fn finish(
     engine: Engine,
     args: &DetectArgs,
-    ended_by: &str,
+    ended_by: EndedBy,
     elapsed_s: f64,
     to_stderr: bool,
 ) -> Result<()> {
     let pid = engine.pid();
-    let action = if args.observe {
-        Action::Observe
-    } else {
-        Action::Deschedule
-    };
     let report = engine.finish();
     if let Some(path) = &args.record {
         let text = serde_json::to_string(&report.samples)?;
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let summary = Summary {
-        schema: "vsched.spin-detect",
-        version: 1,
+    let detector_cpu_s = process_cpu_ns() as f64 / 1e9;
+    let summary = Summary::new(
         pid,
-        action,
+        args.action(),
         elapsed_s,
         ended_by,
-        detector_cpu_s: own_cpu_s(),
-        stats: report.stats,
-    };
+        detector_cpu_s,
+        report.stats,
+    );
     let json = serde_json::to_string(&summary)?;
     if let Some(path) = &args.summary_out {
         std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
@@ -477,25 +484,16 @@ fn finish(
     Ok(())
 }
 
-/// CPU time this process (the detector) has used so far, s.
-fn own_cpu_s() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
-}
-
 fn summary_text(s: &Summary) -> String {
     let st = &s.stats;
     let mut out = format!(
         "vsched spin-detect: pid {} watched {:.1}s ({}), {} threads, {} samples ({} lost), detector CPU {:.2}s\n",
         s.pid, s.elapsed_s, s.ended_by, st.threads_seen, st.samples, st.lost_samples, s.detector_cpu_s
     );
-    let spin_pct = 100.0 * st.spin_samples as f64 / st.samples.max(1) as f64;
     out += &format!(
         "  spinning: {} episodes, {:.1}% of sampled CPU time\n",
-        st.spin_episodes, spin_pct
+        st.spin_episodes,
+        st.spin_pct()
     );
     match s.action {
         Action::Deschedule => {
@@ -504,7 +502,7 @@ fn summary_text(s: &Summary) -> String {
                 st.demotions,
                 st.stops,
                 st.restored_on_release,
-                st.demotions - st.stops,
+                st.demoted(),
                 st.restored_on_progress,
                 st.restored_on_lease,
                 st.sched_failures

@@ -6,10 +6,39 @@ mod common;
 
 use common::{online_cpus, serial, vsched};
 use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use vsched_os::sched;
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
+
+/// The spin zoo's test programs (the `vsched-zoo` executable) next to the
+/// vsched under test. `cargo test -p vsched` does not build them: a test
+/// that needs them fails with the command that does.
+fn zoo() -> &'static str {
+    static ZOO: OnceLock<String> = OnceLock::new();
+    ZOO.get_or_init(|| {
+        let path =
+            vsched_zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
+        path.to_str().expect("a UTF-8 target directory").to_owned()
+    })
+}
+
+/// Sends `sig` to `pid`, a process this test started (directly or through
+/// vsched) and has not reaped; returns kill's result.
+fn signal(pid: i32, sig: i32) -> i32 {
+    // SAFETY: kill takes no pointers; the process is still ours, so the id
+    // cannot have been reused by another.
+    unsafe { libc::kill(pid, sig) }
+}
+
+/// Whether the test runs as root (entry traps then stop threads themselves).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// A zoo program that is killed when the test ends, however it ends.
 struct Program(Child);
@@ -29,15 +58,8 @@ fn four_x() -> String {
 fn endless_ring() -> Program {
     let threads = four_x();
     Program(
-        Command::new(VSCHED)
-            .args([
-                "spin-zoo",
-                "ring",
-                "--threads",
-                &threads,
-                "--handoffs",
-                "1000000000000",
-            ])
+        Command::new(zoo())
+            .args(["ring", "--threads", &threads, "--handoffs", "1000000000000"])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting the ring"),
@@ -45,19 +67,13 @@ fn endless_ring() -> Program {
 }
 
 fn tids(pid: u32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    vsched_spin::threads::list(pid as i32).unwrap_or_default()
 }
 
 fn idle_threads(pid: u32) -> usize {
     tids(pid)
         .into_iter()
-        // SAFETY: querying another thread's policy.
-        .filter(|&t| unsafe { libc::sched_getscheduler(t) } == libc::SCHED_IDLE)
+        .filter(|&t| sched::get(t).is_ok_and(|a| a.policy == sched::SCHED_IDLE))
         .count()
 }
 
@@ -99,23 +115,26 @@ fn ring_seconds(detect: bool, handoffs: u64) -> f64 {
 fn ring_seconds_under(detect: bool, exec: bool, handoffs: u64) -> f64 {
     let threads = four_x();
     let handoffs = handoffs.to_string();
-    // vsched(args) runs the binary; each wrapper names it again for the next hop.
-    let mut args: Vec<&str> = vec![];
+    // Each wrapper runs the rest of the line as its program.
+    let mut command: Vec<&str> = vec![];
     if detect {
-        args.extend(["run", "--spin-detect", "--", VSCHED]);
+        command.extend([VSCHED, "run", "--spin-detect", "--"]);
     }
     if exec {
-        args.extend(["exec", "--spin-ns", "0", "--", VSCHED]);
+        command.extend([VSCHED, "exec", "--spin-ns", "0", "--"]);
     }
-    args.extend([
-        "spin-zoo",
+    command.extend([
+        zoo(),
         "ring",
         "--threads",
         &threads,
         "--handoffs",
         &handoffs,
     ]);
-    let out = vsched(&args);
+    let out = Command::new(command[0])
+        .args(&command[1..])
+        .output()
+        .expect("running the ring");
     assert!(
         out.status.success(),
         "{}",
@@ -171,8 +190,7 @@ fn ring_summary(extra: &[&str]) -> serde_json::Value {
     args.extend(extra);
     args.extend([
         "--",
-        VSCHED,
-        "spin-zoo",
+        zoo(),
         "ring",
         "--threads",
         &threads,
@@ -208,8 +226,7 @@ fn replayable_waits_are_stopped_and_resumed_when_released() {
     }
 
     // As root the traps stop their threads themselves (a BPF program).
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+    if root() && n("entry_trap_failures") == 0 {
         assert!(n("trap_stops") > 0, "{s}");
         let s = ring_summary(&["--no-trap-stops"]);
         let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s}"));
@@ -239,8 +256,8 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
     // the first half second.
     let run = Program(
         Command::new(VSCHED)
-            .args(["run", "--spin-detect", "--json", "--", VSCHED])
-            .args(["spin-zoo", "ring", "--threads", &threads])
+            .args(["run", "--spin-detect", "--json", "--", zoo()])
+            .args(["ring", "--threads", &threads])
             .args(["--handoffs", "50000"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -263,8 +280,7 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
     let sent = 10;
     for i in 0..sent {
         std::thread::sleep(Duration::from_millis(50));
-        // SAFETY: signalling the ring, our grandchild.
-        let rc = unsafe { libc::kill(pid, libc::SIGURG) };
+        let rc = signal(pid, libc::SIGURG);
         assert_eq!(rc, 0, "the ring ended before SIGURG {i} was sent");
     }
     let mut run = run;
@@ -292,8 +308,7 @@ fn trap_signals_stay_with_vsched_and_others_get_through() {
             .unwrap_or_else(|| panic!("{k}: {summary}"))
     };
     assert!(n("entry_stops") > 100, "{summary}");
-    // SAFETY: plain getter.
-    if unsafe { libc::geteuid() } == 0 && n("entry_trap_failures") == 0 {
+    if root() && n("entry_trap_failures") == 0 {
         assert!(n("trap_stops") > 0, "{summary}");
     }
     let truth: serde_json::Value = serde_json::from_str(&out).expect(&err);
@@ -325,15 +340,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
     let _guard = serial();
     let threads = four_x();
     let mut run = Command::new(VSCHED)
-        .args([
-            "run",
-            "--spin-detect",
-            "--",
-            VSCHED,
-            "spin-zoo",
-            "ring",
-            "--threads",
-        ])
+        .args(["run", "--spin-detect", "--", zoo(), "ring", "--threads"])
         .args([&threads, "--handoffs", "20000"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -352,8 +359,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
             ring != 0 && stopped_and_traced(ring).0 > 0
         },
     );
-    // SAFETY: signalling a process this test started (through vsched).
-    unsafe { libc::kill(ring as i32, libc::SIGSTOP) };
+    signal(ring as i32, libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(300));
     let before = cpu_ticks(ring);
     std::thread::sleep(Duration::from_millis(500));
@@ -362,7 +368,7 @@ fn job_control_stops_and_continues_a_program_under_detection() {
         before,
         "the program ran while job-control stopped"
     );
-    unsafe { libc::kill(ring as i32, libc::SIGCONT) };
+    signal(ring as i32, libc::SIGCONT);
     let start = Instant::now();
     let status = loop {
         if let Some(s) = run.try_wait().unwrap() {
@@ -442,8 +448,7 @@ fn sigterm_releases_every_held_thread(stop: bool) {
     let _guard = serial();
     let ring = endless_ring();
     let mut det = detector_holding_threads(&ring, stop);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(det.id() as i32, libc::SIGTERM) };
+    signal(det.id() as i32, libc::SIGTERM);
     let status = det.wait().unwrap();
     assert!(status.success(), "{status:?}");
     // Released by vsched itself before it exited: no delay allowed.
@@ -495,8 +500,7 @@ fn sigterm_is_forwarded_once() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    signal(run.id() as i32, libc::SIGTERM);
     let out = run.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("term").count(), 1, "{text:?}");

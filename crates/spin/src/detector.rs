@@ -19,11 +19,43 @@
 //! (the ticket, the turn number) in one or two registers: for each loop
 //! address the detector learns which registers stay the same from one episode
 //! to the next and matches on those. An episode ends when a sample shows new
-//! state away from the loop's code.
+//! state away from the loop's code (see [`EPISODE_REACH_BYTES`]).
 
 use crate::sample::{Sample, NREGS};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+
+/// Samples in the decision window by default: two repeats plus the two
+/// states they repeat, 2 ms of spinning at the default 500 µs period.
+pub const WINDOW: usize = 4;
+/// Samples of the window that must repeat an earlier state, by default: one
+/// repeat can be chance (periodic code sampled at its own period), two in
+/// four samples rarely are.
+pub const REPEATS: usize = 2;
+/// Samples of the window that must sit on a PAUSE, by default: compute code
+/// never executes PAUSE, but a stray sample next to one in a library call
+/// should not be enough.
+pub const PAUSES: usize = 2;
+/// Known spinning states and PAUSE sites remembered per thread, by default:
+/// a program waits in a handful of loops; 64 covers a thread that waits in
+/// many without letting the lists grow with every state it ever had.
+pub const MEMORY: usize = 64;
+/// How close (bytes) a sample must be to an instruction already seen
+/// spinning in the current episode to still count as in that wait loop, by
+/// default. A wait loop is a few instructions within a cache line or two,
+/// and samples of it land near ones already seen; code further away is the
+/// thread doing something else, and a wider reach would let an episode (and
+/// a hold) outlive the wait. Not the replay's `REPLAY_REACH_BYTES`, which is
+/// measured from one sampled address and must also span a loop's
+/// out-of-line parts.
+pub const EPISODE_REACH_BYTES: u64 = 64;
+/// Spinning addresses kept per episode (the loop's instructions a sample
+/// may be near): a wait loop has a handful; the cap bounds an episode that
+/// wrongly goes on.
+const EPISODE_IPS: usize = 16;
+/// The decision window's upper bound: `observe` keeps a fixed array of this
+/// many repeat flags so that no sample allocates.
+pub const MAX_WINDOW: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DetectorParams {
@@ -35,41 +67,50 @@ pub struct DetectorParams {
     pub pauses: usize,
     /// Known spinning states and PAUSE sites remembered per thread.
     pub memory: usize,
-    /// A sample this close (bytes) to the episode's loop is still in the loop.
-    pub loop_span: u64,
+    /// A sample this close (bytes) to an instruction seen spinning in the
+    /// current episode is still in the episode's loop (see
+    /// [`EPISODE_REACH_BYTES`]).
+    pub episode_reach_bytes: u64,
 }
 
 impl Default for DetectorParams {
     fn default() -> Self {
         DetectorParams {
-            window: 4,
-            repeats: 2,
-            pauses: 2,
-            memory: 64,
-            loop_span: 64,
+            window: WINDOW,
+            repeats: REPEATS,
+            pauses: PAUSES,
+            memory: MEMORY,
+            episode_reach_bytes: EPISODE_REACH_BYTES,
         }
     }
 }
 
+/// Detector parameters that cannot work together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamsError {
+    #[error("window must be 2..={MAX_WINDOW} samples, got {window}")]
+    Window { window: usize },
+    #[error("repeats must be 1..{window} (less than the window), got {repeats}")]
+    Repeats { repeats: usize, window: usize },
+    #[error("pauses must be 1..={window}, got {pauses}")]
+    Pauses { pauses: usize, window: usize },
+}
+
 impl DetectorParams {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.window < 2 || self.window > 64 {
-            return Err(format!(
-                "window must be 2..=64 samples, got {}",
-                self.window
-            ));
+    /// Checks that the window can hold the evidence asked for: a repeat needs
+    /// an earlier sample to repeat, so the window has at least two.
+    pub fn validate(&self) -> Result<(), ParamsError> {
+        let window = self.window;
+        if !(2..=MAX_WINDOW).contains(&window) {
+            return Err(ParamsError::Window { window });
         }
-        if self.repeats == 0 || self.repeats >= self.window {
-            return Err(format!(
-                "repeats must be 1..{} (less than the window), got {}",
-                self.window, self.repeats
-            ));
+        if self.repeats == 0 || self.repeats >= window {
+            let repeats = self.repeats;
+            return Err(ParamsError::Repeats { repeats, window });
         }
-        if self.pauses == 0 || self.pauses > self.window {
-            return Err(format!(
-                "pauses must be 1..={}, got {}",
-                self.window, self.pauses
-            ));
+        if self.pauses == 0 || self.pauses > window {
+            let pauses = self.pauses;
+            return Err(ParamsError::Pauses { pauses, window });
         }
         Ok(())
     }
@@ -201,8 +242,9 @@ impl ThreadDetector {
         }
         self.window.push_back(seen);
 
-        // The window holds at most 64 samples (validated): no allocation per sample.
-        let mut repeated = [false; 64];
+        // The window holds at most MAX_WINDOW samples (validated): no
+        // allocation per sample.
+        let mut repeated = [false; MAX_WINDOW];
         for (i, seen_before) in repeated.iter_mut().enumerate().take(self.window.len()) {
             let sig = self.window[i].signature;
             *seen_before = self.window.iter().take(i).any(|e| e.signature == sig);
@@ -228,12 +270,13 @@ impl ThreadDetector {
                 }
                 if (repeated[i] || e.after_pause)
                     && !self.episode_ips.contains(&e.ip)
-                    && self.episode_ips.len() < 16
+                    && self.episode_ips.len() < EPISODE_IPS
                 {
                     self.episode_ips.push(e.ip);
                 }
             }
-            if known && !self.episode_ips.contains(&seen.ip) && self.episode_ips.len() < 16 {
+            if known && !self.episode_ips.contains(&seen.ip) && self.episode_ips.len() < EPISODE_IPS
+            {
                 self.episode_ips.push(seen.ip);
             }
             if !self.spinning {
@@ -249,7 +292,7 @@ impl ThreadDetector {
             let in_loop = self
                 .episode_ips
                 .iter()
-                .any(|&ip| ip.abs_diff(seen.ip) <= p.loop_span);
+                .any(|&ip| ip.abs_diff(seen.ip) <= p.episode_reach_bytes);
             if !in_loop {
                 self.spinning = false;
                 self.episode_ips.clear();
@@ -389,16 +432,72 @@ mod tests {
 
     #[test]
     fn params_are_validated() {
-        assert!(DetectorParams::default().validate().is_ok());
-        let bad = DetectorParams {
-            repeats: 4,
+        assert_eq!(DetectorParams::default().validate(), Ok(()));
+        let with = |window, repeats, pauses| DetectorParams {
+            window,
+            repeats,
+            pauses,
             ..Default::default()
         };
-        assert!(bad.validate().is_err());
-        let bad = DetectorParams {
-            window: 1,
-            ..Default::default()
-        };
-        assert!(bad.validate().is_err());
+        assert_eq!(
+            with(4, 4, 2).validate(),
+            Err(ParamsError::Repeats {
+                repeats: 4,
+                window: 4
+            })
+        );
+        assert_eq!(
+            with(1, 1, 1).validate(),
+            Err(ParamsError::Window { window: 1 })
+        );
+        assert_eq!(
+            with(MAX_WINDOW + 1, 2, 2).validate(),
+            Err(ParamsError::Window {
+                window: MAX_WINDOW + 1
+            })
+        );
+        assert_eq!(
+            with(MAX_WINDOW, MAX_WINDOW - 1, MAX_WINDOW).validate(),
+            Ok(())
+        );
+        assert_eq!(
+            with(4, 2, 0).validate(),
+            Err(ParamsError::Pauses {
+                pauses: 0,
+                window: 4
+            })
+        );
+        assert_eq!(
+            with(4, 2, 5).validate(),
+            Err(ParamsError::Pauses {
+                pauses: 5,
+                window: 4
+            })
+        );
+        // The message names the setting, as the command line's flags do.
+        assert!(with(1, 1, 1)
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("window"));
+    }
+
+    #[test]
+    fn a_sample_within_the_episode_reach_stays_in_the_episode() {
+        let p = DetectorParams::default();
+        let mut d = ThreadDetector::new();
+        for _ in 0..WINDOW {
+            d.observe(&sample(0x1000, 1, false), &p);
+        }
+        assert!(d.spinning());
+        // New state at the edge of the reach: still the same wait.
+        let edge = 0x1000 + EPISODE_REACH_BYTES;
+        assert_eq!(d.observe(&sample(edge, 2, false), &p), Transition::None);
+        assert!(d.spinning());
+        // One byte further from every address seen spinning: the episode ends.
+        assert_eq!(
+            d.observe(&sample(edge + 1, 3, false), &p),
+            Transition::Ended
+        );
     }
 }

@@ -16,8 +16,15 @@
 //! re-injects them at once; job-control stops (Ctrl-Z) are kept
 //! (PTRACE_LISTEN).
 
+use crate::threads;
 use std::collections::HashMap;
 use std::io;
+use vsched_os::clock::monotonic_ns;
+
+/// How long `release_all` waits for threads to reach a stop it can detach
+/// them from (2 s): a thread stuck in the kernel may never get there, and
+/// the kernel detaches it anyway when vsched exits.
+const RELEASE_PATIENCE_NS: u64 = 2_000_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -106,8 +113,7 @@ impl Freezer {
     /// delivered (it was not ours).
     pub fn pass_signal(&mut self, tid: i32, sig: i32) {
         if self.threads.get(&tid) == Some(&State::Stopped) {
-            // SAFETY: ptrace with integer arguments on a stopped tracee.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, sig as libc::c_long) };
+            ptrace_plain(libc::PTRACE_CONT, tid, sig as libc::c_long);
             self.threads.insert(tid, State::Running);
         }
     }
@@ -121,9 +127,11 @@ impl Freezer {
     /// Whether the signal `tid` is stopped on was sent by the kernel (as an
     /// entry trap's is), not by a process (kill, tgkill, sigqueue).
     pub fn signal_from_kernel(&self, tid: i32) -> bool {
-        // SAFETY: PTRACE_GETSIGINFO fills a siginfo of a tracee in a
-        // signal-delivery-stop.
+        // SAFETY: siginfo_t is plain data, for which all zeroes is valid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t through `data`,
+        // which points to `info`; a tracee not in a signal stop only makes
+        // it fail.
         let rc = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _) };
         rc == 0 && info.si_code == libc::SI_KERNEL
     }
@@ -143,9 +151,8 @@ impl Freezer {
             }
             Some(State::Stopped) => return true,
             None => {
-                // SAFETY: ptrace with integer arguments.
                 let options = libc::PTRACE_O_TRACEEXIT as libc::c_long;
-                let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, options) };
+                let rc = ptrace_plain(libc::PTRACE_SEIZE, tid, options);
                 if rc != 0 {
                     if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
                         self.refused = true;
@@ -156,8 +163,7 @@ impl Freezer {
                 self.seized_any = true;
             }
         }
-        // SAFETY: as above.
-        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
+        if ptrace_plain(libc::PTRACE_INTERRUPT, tid, 0) != 0 {
             return false;
         }
         self.threads.insert(tid, State::Stopping { resume: false });
@@ -168,8 +174,7 @@ impl Freezer {
     pub fn resume(&mut self, tid: i32) {
         match self.threads.get(&tid) {
             Some(State::Stopped) => {
-                // SAFETY: ptrace with integer arguments.
-                unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+                ptrace_plain(libc::PTRACE_CONT, tid, 0);
                 self.threads.insert(tid, State::Running);
             }
             Some(State::Stopping { .. }) => {
@@ -182,8 +187,11 @@ impl Freezer {
     /// Handles every reported tracee event: our stops, signals to pass on,
     /// job-control stops, exits.
     pub fn reap(&mut self) {
+        // Room for four signalfd_siginfo records (128 bytes each) per read:
+        // the records only wake us; draining them is all that matters.
         let mut buf = [0u8; 128 * 4];
-        // SAFETY: reading signalfd records into a local buffer.
+        // SAFETY: read writes at most buf.len() bytes into `buf`, which we
+        // own; the descriptor is our signalfd.
         while unsafe { libc::read(self.sigchld, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
         // Not "no thread in the table": a tracee can be missing from it (one
         // that called execve) and its stops must still be serviced.
@@ -194,19 +202,12 @@ impl Freezer {
             // Stops only: exits are not ours to reap (a tracee is detached at
             // its exit stop, PTRACE_O_TRACEEXIT, and the process's own exit
             // belongs to whoever waits for it).
-            // SAFETY: waitid fills a local siginfo.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_ALL,
-                    0,
-                    &mut info,
-                    libc::WSTOPPED | libc::WNOHANG | libc::__WALL,
-                )
+            let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+            let Some(info) = wait_id(libc::P_ALL, 0, flags) else {
+                return;
             };
-            // SAFETY: si_pid and si_status are valid for SIGCHLD-type siginfo.
-            let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
-            if rc != 0 || pid == 0 {
+            let (pid, code) = pid_and_status(&info);
+            if pid == 0 {
                 return;
             }
             // CLD_STOPPED is a job-control stop reported to us as the parent,
@@ -226,12 +227,12 @@ impl Freezer {
 
     fn stopped(&mut self, tid: i32, status: i32) {
         let sig = libc::WSTOPSIG(status);
+        // waitpid's encoding of a ptrace event stop: the event in bits 16-23.
         let event = (status >> 16) & 0xff;
         let state = self.threads.get(&tid).copied().unwrap_or(State::Running);
-        // SAFETY (all ptrace calls below): integer arguments, a stopped tracee.
         if event == libc::PTRACE_EVENT_EXIT {
             // Let it finish exiting untraced, reaped by its own process.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+            ptrace_plain(libc::PTRACE_DETACH, tid, 0);
             self.threads.remove(&tid);
         } else if event == libc::PTRACE_EVENT_STOP {
             if matches!(
@@ -240,7 +241,7 @@ impl Freezer {
             ) {
                 // Job control stopped the whole process: keep it stopped
                 // until SIGCONT, as it would be without us.
-                unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) };
+                ptrace_plain(libc::PTRACE_LISTEN, tid, 0);
                 self.threads.insert(tid, State::GroupStopped);
                 return;
             }
@@ -254,7 +255,7 @@ impl Freezer {
                     // Resumed before the stop landed, or a job-control stop
                     // ended (SIGCONT): a trap with SIGTRAP rather than the
                     // stop signal means the group is no longer stopped.
-                    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+                    ptrace_plain(libc::PTRACE_CONT, tid, 0);
                     self.threads.insert(tid, State::Running);
                 }
             }
@@ -274,13 +275,13 @@ impl Freezer {
         } else if event == 0 && self.trap_signal(tid, sig) {
             // A trap's signal while we are stopping or holding the thread
             // anyway: suppressed.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+            ptrace_plain(libc::PTRACE_CONT, tid, 0);
         } else if event == 0 {
             // A signal on its way to the thread: deliver it. A pending stop
             // request is reported again afterwards.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, sig as libc::c_long) };
+            ptrace_plain(libc::PTRACE_CONT, tid, sig as libc::c_long);
         } else {
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+            ptrace_plain(libc::PTRACE_CONT, tid, 0);
         }
     }
 
@@ -309,7 +310,7 @@ impl Freezer {
             .threads
             .keys()
             .copied()
-            .filter(|&tid| tid != leader && !thread_alive(leader, tid))
+            .filter(|&tid| tid != leader && !threads::running(leader, tid))
             .collect();
         for tid in dead {
             self.threads.remove(&tid);
@@ -324,16 +325,15 @@ impl Freezer {
     pub fn release_all(&mut self) {
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
-            // SAFETY (ptrace calls): integer arguments on our own tracees.
             match self.threads[&tid] {
                 State::Stopped => {
-                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+                    ptrace_plain(libc::PTRACE_DETACH, tid, 0);
                     self.threads.remove(&tid);
                 }
                 // PTRACE_DETACH needs a ptrace stop; a listening (job-control
                 // stopped) tracee is re-trapped first, like a running one.
                 State::Running | State::GroupStopped => {
-                    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) };
+                    ptrace_plain(libc::PTRACE_INTERRUPT, tid, 0);
                     self.threads.insert(tid, State::Stopping { resume: true });
                 }
                 State::Stopping { .. } => {
@@ -341,8 +341,8 @@ impl Freezer {
                 }
             }
         }
-        let deadline = crate::sample::now_ns() + 2_000_000_000;
-        while !self.threads.is_empty() && crate::sample::now_ns() < deadline {
+        let deadline = monotonic_ns() + RELEASE_PATIENCE_NS;
+        while !self.threads.is_empty() && monotonic_ns() < deadline {
             let pending: Vec<i32> = self.threads.keys().copied().collect();
             for tid in pending {
                 // Stops, and exits of threads other than the process itself
@@ -351,14 +351,14 @@ impl Freezer {
                 if tid != self.leader {
                     flags |= libc::WEXITED;
                 }
-                // SAFETY: waitid fills a local siginfo.
-                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-                let rc = unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) };
-                // SAFETY: valid for SIGCHLD-type siginfo.
-                let (pid, code) = unsafe { (info.si_pid(), info.si_status()) };
-                if rc != 0 {
+                let Some(info) = wait_id(libc::P_PID, tid as libc::id_t, flags) else {
                     self.threads.remove(&tid); // gone
-                } else if pid == tid && info.si_code == libc::CLD_TRAPPED {
+                    continue;
+                };
+                let (pid, code) = pid_and_status(&info);
+                if pid == tid && info.si_code == libc::CLD_TRAPPED {
+                    // si_status of a ptrace stop: the signal in bits 0-7,
+                    // the event in bits 8-15.
                     let event = (code >> 8) & 0xff;
                     // A signal caught on the way out is delivered with the
                     // detach, unless an entry trap sent it.
@@ -368,15 +368,16 @@ impl Freezer {
                     } else {
                         0
                     };
-                    // SAFETY: detaching a stopped tracee.
-                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass as libc::c_long) };
+                    ptrace_plain(libc::PTRACE_DETACH, tid, pass as libc::c_long);
                     self.threads.remove(&tid);
                 } else if pid == tid {
                     self.threads.remove(&tid); // exited, reaped
-                } else if tid == self.leader && !thread_alive(tid, tid) {
+                } else if tid == self.leader && !threads::running(tid, tid) {
                     self.threads.remove(&tid); // exiting: the parent reaps it
                 }
             }
+            // Stops land within microseconds; a short nap keeps this from
+            // spinning on the vCPU the tracees need.
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         self.threads.clear();
@@ -393,8 +394,11 @@ impl Freezer {
         if self.threads.get(&tid) != Some(&State::Stopped) {
             return None;
         }
-        // SAFETY: PTRACE_GETREGS fills a user_regs_struct of a stopped tracee.
+        // SAFETY: user_regs_struct is plain data, for which all zeroes is valid.
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETREGS writes one user_regs_struct through
+        // `data`, which points to `regs`; a tracee that is not stopped only
+        // makes it fail.
         let rc = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut _) };
         (rc == 0).then_some(regs.rip)
     }
@@ -408,27 +412,39 @@ impl Drop for Freezer {
     }
 }
 
-/// Whether thread `tid` of `pid` still runs (exists and is not a zombie).
-fn thread_alive(pid: i32, tid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next());
-        !matches!(state, Some("Z" | "X"))
-    })
-}
-
 /// Collects the exit of traced thread `tid` if it has one (never blocks).
 fn reap_exit(tid: i32) {
-    // SAFETY: waitid fills a local siginfo; exits of this one thread only.
+    // Exits of this one thread only.
+    let _ = wait_id(
+        libc::P_PID,
+        tid as libc::id_t,
+        libc::WEXITED | libc::WNOHANG | libc::__WALL,
+    );
+}
+
+/// A ptrace request that passes no pointer: `addr` unused, `data` an
+/// integer (a signal, options) or unused. CONT, DETACH, LISTEN, INTERRUPT
+/// and SEIZE are such requests.
+fn ptrace_plain(request: libc::c_uint, tid: i32, data: libc::c_long) -> libc::c_long {
+    // SAFETY: with no pointer among its arguments the kernel reads and
+    // writes none of our memory; a wrong thread or state only fails.
+    unsafe { libc::ptrace(request, tid, 0 as libc::c_long, data) }
+}
+
+/// waitid(2): the siginfo it filled (si_pid 0 when nothing was reported),
+/// or None if it failed (no such child).
+fn wait_id(idtype: libc::idtype_t, id: libc::id_t, flags: libc::c_int) -> Option<libc::siginfo_t> {
+    // SAFETY: siginfo_t is plain data, for which all zeroes is valid.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::waitid(
-            libc::P_PID,
-            tid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::__WALL,
-        )
-    };
+    // SAFETY: waitid writes only `info`, a valid siginfo_t we own.
+    let rc = unsafe { libc::waitid(idtype, id, &mut info, flags) };
+    (rc == 0).then_some(info)
+}
+
+/// The child's id and status (or stop signal and event) in a siginfo that
+/// waitid filled.
+fn pid_and_status(info: &libc::siginfo_t) -> (i32, i32) {
+    // SAFETY: waitid fills siginfo as for SIGCHLD (or leaves it zeroed),
+    // whose valid union members are si_pid and si_status.
+    unsafe { (info.si_pid(), info.si_status()) }
 }

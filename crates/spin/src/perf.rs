@@ -18,6 +18,10 @@ pub const REGS_MASK: u64 = 0x3ff | (0xff << 16);
 
 const _: () = assert!(REGS_MASK.count_ones() as usize == NREGS);
 
+/// The shortest cpu-clock period the kernel samples at (10 µs): it raises
+/// shorter ones to this (perf_swevent_start_hrtimer).
+pub const MIN_PERIOD_NS: u64 = 10_000;
+
 /// Data pages of each ring buffer (a power of two). 16 pages hold about 300
 /// samples: 30 ms of a busy thread at the default 100 µs period, far more
 /// than the detector's drain interval.
@@ -46,32 +50,22 @@ fn sample_attr() -> sys::bindings::perf_event_attr {
 }
 
 /// Why a thread could not be sampled.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// perf_event_open refused (perf_event_paranoid, capabilities, ptrace access).
+    #[error(
+        "perf_event_open is not permitted ({0}): sampling another process needs \
+         kernel.perf_event_paranoid <= 2 (sysctl -w kernel.perf_event_paranoid=2) and \
+         permission to ptrace it (same user, or CAP_PERFMON / CAP_SYS_ADMIN, i.e. root)"
+    )]
     NotPermitted(io::Error),
     /// The thread no longer exists.
+    #[error("the thread no longer exists")]
     Gone,
     /// Out of file descriptors or memory, or another failure.
+    #[error("perf_event_open failed: {0}")]
     Other(io::Error),
 }
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::NotPermitted(e) => write!(
-                f,
-                "perf_event_open is not permitted ({e}): sampling another process needs \
-                 kernel.perf_event_paranoid <= 2 (sysctl -w kernel.perf_event_paranoid=2) and \
-                 permission to ptrace it (same user, or CAP_PERFMON / CAP_SYS_ADMIN, i.e. root)"
-            ),
-            OpenError::Gone => write!(f, "the thread no longer exists"),
-            OpenError::Other(e) => write!(f, "perf_event_open failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
 
 /// One thread's cpu-clock sampler and its ring buffer.
 pub struct ThreadSampler {
@@ -86,7 +80,9 @@ pub struct ThreadSampler {
     pub lost: u64,
 }
 
-// The mapping belongs to this sampler alone; moving it between threads is fine.
+// SAFETY: the raw pointer is this sampler's own mapping of its ring buffer,
+// used only through &mut self; nothing in it is tied to the thread that
+// opened it, so the sampler may move to another thread.
 unsafe impl Send for ThreadSampler {}
 
 impl ThreadSampler {
@@ -97,7 +93,7 @@ impl ThreadSampler {
         let mut attr = sample_attr();
         attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
         attr.config = sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64;
-        attr.__bindgen_anon_1.sample_period = period_ns.max(10_000);
+        attr.__bindgen_anon_1.sample_period = period_ns.max(MIN_PERIOD_NS);
         if wake_each {
             attr.__bindgen_anon_2.wakeup_events = 1;
         }
@@ -192,13 +188,19 @@ impl ThreadSampler {
     /// Hands every sample recorded since the last call to `f`, oldest first.
     pub fn drain(&mut self, mut f: impl FnMut(Sample)) {
         let meta = self.base as *mut sys::bindings::perf_event_mmap_page;
+        // SAFETY: the mapping is one metadata page followed by the data
+        // pages: base + one page is inside it.
         let data = unsafe { self.base.add(self.page) };
         let size = self.data_size;
-        // SAFETY: the first page is the kernel's metadata page; data_head is
-        // read before the records (acquire), data_tail written after (release).
+        // SAFETY: the first page is the kernel's metadata page, mapped for
+        // the sampler's life; data_head is read before the records
+        // (acquire), data_tail written after them (release), as
+        // perf_event_open(2) prescribes.
         let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
         fence(Ordering::Acquire);
+        // SAFETY: as above; only we write data_tail.
         let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        // Larger than any record asked for: a sample is 8 + 4*8 + 18*8 bytes.
         let mut record = [0u8; 512];
         while tail < head {
             let header = read_bytes::<8>(data, size, tail);

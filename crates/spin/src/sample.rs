@@ -4,10 +4,14 @@ use serde::{Deserialize, Serialize};
 
 /// General-purpose registers per sample (see `perf::REGS_MASK` for which).
 pub const NREGS: usize = 18;
+/// Where the instruction pointer sits in [`Sample::regs`] (perf's order).
+pub const IP_SLOT: usize = 8;
+/// Where RFLAGS sits in [`Sample::regs`] (perf's order).
+pub const FLAGS_SLOT: usize = 9;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
-    /// CLOCK_MONOTONIC, ns.
+    /// CLOCK_MONOTONIC, ns (`vsched_os::clock::monotonic_ns`'s clock).
     pub time_ns: u64,
     pub tid: i32,
     /// User-mode instruction pointer.
@@ -34,15 +38,4 @@ impl Sample {
         }
         h
     }
-}
-
-/// Now, on the clock samples are stamped with (CLOCK_MONOTONIC), ns.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -13,14 +13,28 @@ pub fn list(pid: i32) -> io::Result<Vec<i32>> {
 
 /// Whether `pid` names a live process (zombies count as gone).
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the last ')' of the command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| live_state(&stat))
+}
+
+/// Whether thread `tid` of `pid` still runs (exists and is not a zombie).
+pub fn running(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .is_ok_and(|stat| live_state(&stat))
+}
+
+/// Whether thread `tid` of `pid` is still listed in /proc, zombie or not: a
+/// listing of the task directory taken while other threads exit can skip a
+/// thread that is still there.
+pub fn listed(pid: i32, tid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// Whether a /proc stat line shows a task that has not exited: the state
+/// letter follows the last ')' of the command name (which may contain one).
+fn live_state(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
 }
 
 /// Whether thread `tid` of `pid` blocks signal `sig` (its SigBlk mask in
@@ -40,10 +54,11 @@ mod tests {
     #[test]
     fn reads_blocked_signals() {
         let me = std::process::id() as i32;
-        // SAFETY: a signal mask change on a thread of our own, undone below.
         let (tid, blocked, unblocked) = std::thread::spawn(move || {
-            let tid = unsafe { libc::gettid() };
+            let tid = vsched_os::sched::gettid();
             let unblocked = super::blocks_signal(me, tid, libc::SIGURG);
+            // SAFETY: the set is a local sigset_t initialised by
+            // sigemptyset; the mask changed is this short-lived thread's.
             unsafe {
                 let mut set: libc::sigset_t = std::mem::zeroed();
                 libc::sigemptyset(&mut set);
@@ -60,6 +75,15 @@ mod tests {
     }
 
     #[test]
+    fn zombies_and_exited_tasks_are_not_live() {
+        // The command name may hold ") " itself: the last ')' counts.
+        assert!(super::live_state("42 (a) R (b) S 1 2 3"));
+        assert!(!super::live_state("42 (sh) Z 1 2 3"));
+        assert!(!super::live_state("42 (x) ) X 1"));
+        assert!(!super::live_state("garbage"));
+    }
+
+    #[test]
     fn lists_own_threads() {
         let me = std::process::id() as i32;
         let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -69,7 +93,9 @@ mod tests {
         assert!(super::alive(me));
         tx.send(()).unwrap();
         h.join().unwrap();
+        assert!(super::running(me, me) && super::listed(me, me));
         assert!(super::list(i32::MAX).is_err());
         assert!(!super::alive(i32::MAX));
+        assert!(!super::running(me, i32::MAX) && !super::listed(me, i32::MAX));
     }
 }

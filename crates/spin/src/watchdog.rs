@@ -7,10 +7,10 @@
 //! as demoted, then exits. It runs in its own process group so a terminal's
 //! Ctrl-C does not kill it before it has done that.
 
-use vsched_os::sched::{self, SchedAttr};
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use vsched_os::sched::{self, SchedAttr};
 
 /// The vsched side: a child process and the pipe to it.
 pub struct Watchdog {

@@ -15,6 +15,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Sends `sig` to `pid`, a child this test started and has not reaped.
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill takes no pointers; the child is not reaped yet, so its id
+    // cannot name another process.
+    unsafe { libc::kill(pid, sig) };
+}
+
 /// A shell that spins and reports SIGUSR1 on stdout.
 struct Spinner {
     child: Child,
@@ -100,8 +107,7 @@ fn stop_resume_signals_and_job_control() {
     assert!(f.holds(pid));
 
     // A signal sent while stopped is delivered once the thread runs again.
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    signal(pid, libc::SIGUSR1);
     f.resume(pid);
     until(&mut f, "running again", || state(pid).0 == 'R');
     let mut line = String::new();
@@ -109,7 +115,7 @@ fn stop_resume_signals_and_job_control() {
     assert_eq!(line.trim(), "usr1", "the trapped signal was not delivered");
 
     // Job control: SIGSTOP stops it as it would without a tracer, SIGCONT resumes.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    signal(pid, libc::SIGSTOP);
     until(&mut f, "the job-control stop", || {
         state(pid).0 == 't' || state(pid).0 == 'T'
     });
@@ -121,7 +127,7 @@ fn stop_resume_signals_and_job_control() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_ne!(state(pid).0, 'R', "a job-control stop was undone");
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    signal(pid, libc::SIGCONT);
     until(&mut f, "continued", || state(pid).0 == 'R');
 
     // Releasing detaches: no tracer left, the shell spins on.
@@ -152,8 +158,7 @@ fn intercepted_signal_stops_are_held_suppressed_or_passed() {
     f.intercept(libc::SIGURG);
 
     let signal_stop = |f: &mut Freezer| {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(pid, libc::SIGURG) };
+        signal(pid, libc::SIGURG);
         let start = Instant::now();
         let stopped = loop {
             f.reap();
@@ -174,7 +179,7 @@ fn intercepted_signal_stops_are_held_suppressed_or_passed() {
     signal_stop(&mut f);
     f.resume(pid);
     until(&mut f, "running again", || state(pid).0 == 'R');
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    signal(pid, libc::SIGUSR1);
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(100) {
         f.reap();
@@ -194,7 +199,7 @@ fn intercepted_signal_stops_are_held_suppressed_or_passed() {
 
     // A process's SIGURG that is already waiting to be reported when vsched
     // asks for a stop is delivered, and the stop still happens.
-    unsafe { libc::kill(pid, libc::SIGURG) };
+    signal(pid, libc::SIGURG);
     let start = Instant::now();
     while state(pid).0 != 't' {
         assert!(start.elapsed() < Duration::from_secs(5), "no signal stop");

@@ -3,8 +3,8 @@
 //! be found, and no decision window of compute code may be called spinning.
 
 use serde::Deserialize;
-use vsched_spin::zoo::programs::Truth;
 use vsched_spin::{DetectorParams, Sample, ThreadDetector};
+use vsched_zoo::programs::Truth;
 
 #[derive(Deserialize)]
 struct Recording {

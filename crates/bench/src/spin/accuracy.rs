@@ -146,7 +146,7 @@ fn observed(h: &Harness, zoo_args: &[String]) -> Result<(Truth, Vec<Sample>), Be
     let what = "the zoo program";
     let mut args = vec![zoo::WAIT_GO.to_string()];
     args.extend_from_slice(zoo_args);
-    let mut child = zoo::command(&h.vsched, &args)
+    let mut child = zoo::command(&h.vsched, &args)?
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -79,7 +79,7 @@ fn run_zoo<T: serde::de::DeserializeOwned>(
     variant: Variant,
     args: &[String],
 ) -> Result<T, BenchError> {
-    let (exe, mut lead) = crate::zoo::program(&h.vsched);
+    let (exe, mut lead) = crate::zoo::program(&h.vsched)?;
     lead.extend(args.iter().map(OsString::from));
     run_json(
         under_detector(&h.vsched, variant, &exe, &lead),
@@ -119,15 +119,15 @@ mod tests {
     #[test]
     fn detection_wraps_the_program_in_vsched_run() {
         let vsched = Path::new("/bin/vsched");
-        let lead = [OsString::from("spin-zoo")];
+        let lead = [OsString::from("ring")];
         let plain = under_detector(vsched, Variant::Baseline, Path::new("/bin/p"), &lead);
         assert_eq!(plain.get_program(), "/bin/p");
-        assert_eq!(plain.get_args().collect::<Vec<_>>(), ["spin-zoo"]);
+        assert_eq!(plain.get_args().collect::<Vec<_>>(), ["ring"]);
         let detected = under_detector(vsched, Variant::Vsched, Path::new("/bin/p"), &lead);
         assert_eq!(detected.get_program(), "/bin/vsched");
         assert_eq!(
             detected.get_args().collect::<Vec<_>>(),
-            ["run", "--spin-detect", "--", "/bin/p", "spin-zoo"]
+            ["run", "--spin-detect", "--", "/bin/p", "ring"]
         );
     }
 

@@ -1,13 +1,19 @@
-//! The hidden `vsched spin-zoo` subcommand: the detector's test programs as a
-//! separate process (benchmarks and tests watch it like any other program).
+//! The command line of the zoo's test programs: `vsched-zoo PROGRAM ...`
+//! (src/main.rs). Each runs as a separate process that tests and benchmarks
+//! watch like any other program, and prints what it knows about itself (its
+//! `Truth`) as JSON on stdout.
 
+use crate::{compute, locks, programs, programs::Truth};
 use anyhow::{anyhow, bail, Result};
-use clap::{Args, Subcommand};
+use clap::{Parser, Subcommand};
 use std::io::BufRead;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vsched_spin::zoo::{compute, locks, programs, programs::Truth};
 
-#[derive(Args, Debug)]
+#[derive(Parser, Debug)]
+#[command(
+    name = "vsched-zoo",
+    about = "Test programs for vsched's spin detector (tests and benchmarks run them)"
+)]
 pub struct ZooArgs {
     /// Wait for a line on stdin before starting (lets a detector attach first)
     #[arg(long, global = true)]
@@ -18,7 +24,7 @@ pub struct ZooArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ZooProgram {
+enum ZooProgram {
     /// Spin token ring: each thread waits in a plain flag loop for its turn
     Ring {
         #[arg(long, default_value_t = 8)]
@@ -61,7 +67,8 @@ extern "C" fn count_sigurg(_: libc::c_int) {
     SIGURG_RECEIVED.fetch_add(1, Ordering::Relaxed);
 }
 
-pub fn run(args: ZooArgs) -> Result<bool> {
+/// Runs the program `args` name and prints its truth.
+pub fn run(args: ZooArgs) -> Result<()> {
     // Counted for the tests: spin detection must deliver SIGURGs others send
     // and never one of its own.
     // SAFETY: the handler only bumps an atomic counter (async-signal-safe).
@@ -114,5 +121,5 @@ pub fn run(args: ZooArgs) -> Result<bool> {
         ..truth
     };
     println!("{}", serde_json::to_string(&truth)?);
-    Ok(true)
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The non-spinning zoo: compute kernels with short inner loops, the code a
 //! spin detector must never mistake for waiting.
 
+use crate::work::Rng;
 use std::hint::black_box;
 
 pub const NAMES: &[&str] = &[
@@ -34,13 +35,8 @@ impl Kernel {
     pub fn new(name: &str, seed: u64) -> Option<Kernel> {
         let name = *NAMES.iter().find(|n| **n == name)?;
         let n = 1 << 16;
-        let mut x = seed | 1;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = Rng(seed | 1);
+        let mut rnd = move || rng.next();
         let a: Vec<u64> = (0..n).map(|_| rnd()).collect();
         // A single random cycle through all slots, for pointer chasing.
         let mut order: Vec<u32> = (0..n as u32).collect();

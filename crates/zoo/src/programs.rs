@@ -4,85 +4,16 @@
 //! The ring and queues wait in plain loops without a spin hint on purpose.
 #![allow(clippy::missing_spin_loop)]
 
-use super::compute::Kernel;
-use super::locks;
-pub use crate::sample::now_ns;
-use serde::{Deserialize, Serialize};
+use crate::compute::Kernel;
+use crate::locks;
+use crate::queue::SpinQueue;
+pub use crate::truth::{Episode, Truth};
+use crate::work::{Rng, Work};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
-
-fn gettid() -> i32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::gettid() }
-}
-
-/// A wait whose start and end the program itself recorded.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Episode {
-    pub tid: i32,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
-
-/// What a zoo program reports about itself (ground truth for scoring).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Truth {
-    pub program: String,
-    /// Threads that only computed (every sample of theirs is non-spinning).
-    pub compute_tids: Vec<i32>,
-    /// Spin episodes of the waiting threads.
-    pub episodes: Vec<Episode>,
-    pub elapsed_s: f64,
-    /// Units of work done (passes, hand-offs, items).
-    pub units: u64,
-    /// SIGURG signals the program received: exactly those sent to it, since
-    /// entry traps stop threads with SIGURG and must never let one through.
-    pub sigurg: u64,
-}
-
-/// Busy work of about `ns`, as a loop that makes progress (never a spin).
-pub struct Work {
-    iters_per_us: f64,
-}
-
-impl Work {
-    pub fn calibrate() -> Work {
-        let n = 2_000_000u64;
-        let t = Instant::now();
-        black_box_work(n);
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        Work {
-            iters_per_us: n as f64 / us.max(1.0),
-        }
-    }
-    pub fn run(&self, us: f64) -> u64 {
-        black_box_work((self.iters_per_us * us) as u64)
-    }
-}
-
-#[inline(never)]
-fn black_box_work(iters: u64) -> u64 {
-    let mut x = 0x1234_5678u64;
-    for i in 0..iters {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
-    }
-    std::hint::black_box(x)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn between(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() % 10_000) as f64 / 10_000.0
-    }
-}
+use vsched_os::clock::monotonic_ns;
+use vsched_os::sched::gettid;
 
 /// One holder and one waiter: the holder takes the lock and computes for a
 /// random 1-4 ms while the waiter spins in `lock()`; then both compute for a
@@ -96,6 +27,7 @@ pub fn spin_episodes(lock_name: &str, episodes: usize) -> Option<Truth> {
     let holder = {
         let (lock, work, held, done) = (lock.clone(), work.clone(), held.clone(), done.clone());
         std::thread::spawn(move || {
+            // Fixed seeds: the same timings every run.
             let mut rng = Rng(0x9e37_79b9);
             for _ in 0..episodes {
                 let t = lock.lock();
@@ -113,9 +45,9 @@ pub fn spin_episodes(lock_name: &str, episodes: usize) -> Option<Truth> {
     let me = gettid();
     for _ in 0..episodes {
         held.wait();
-        let s = now_ns();
+        let s = monotonic_ns();
         let t = lock.lock();
-        let e = now_ns();
+        let e = monotonic_ns();
         lock.unlock(t);
         eps.push(Episode {
             tid: me,
@@ -203,39 +135,10 @@ pub fn ring(threads: usize, handoffs: u64, work_us: f64) -> Truth {
     }
 }
 
-/// A bounded single-producer single-consumer queue whose ends spin.
-struct SpinQueue {
-    slots: Vec<AtomicU64>,
-    head: AtomicU64,
-    tail: AtomicU64,
-}
-
-impl SpinQueue {
-    fn new(cap: usize) -> Self {
-        SpinQueue {
-            slots: (0..cap).map(|_| AtomicU64::new(0)).collect(),
-            head: AtomicU64::new(0),
-            tail: AtomicU64::new(0),
-        }
-    }
-    fn push(&self, v: u64) {
-        let t = self.tail.load(Relaxed);
-        while t - self.head.load(Acquire) == self.slots.len() as u64 {}
-        self.slots[(t % self.slots.len() as u64) as usize].store(v, Relaxed);
-        self.tail.store(t + 1, Release);
-    }
-    fn pop(&self) -> u64 {
-        let h = self.head.load(Relaxed);
-        while self.tail.load(Acquire) == h {}
-        let v = self.slots[(h % self.slots.len() as u64) as usize].load(Relaxed);
-        self.head.store(h + 1, Release);
-        v
-    }
-}
-
 /// A pipeline of `stages` threads joined by spinning queues; each stage works
 /// `work_us` per item.
 pub fn pipeline(stages: usize, items: u64, work_us: f64) -> Truth {
+    // Eight slots: stages run ahead of each other a little, then wait.
     let queues: Arc<Vec<SpinQueue>> =
         Arc::new((0..stages - 1).map(|_| SpinQueue::new(8)).collect());
     let work = Arc::new(Work::calibrate());

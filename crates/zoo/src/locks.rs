@@ -55,6 +55,12 @@ pub struct FlagLock<const MODE: u8> {
     busy: AtomicBool,
 }
 
+/// Takes a free flag lock (after a wait saw it free); false if another
+/// thread took it first.
+fn take(busy: &AtomicBool) -> bool {
+    busy.compare_exchange(false, true, Acquire, Relaxed).is_ok()
+}
+
 #[inline(never)]
 fn still_set(flag: &AtomicBool) -> bool {
     flag.load(Acquire)
@@ -72,11 +78,7 @@ impl<const MODE: u8> SpinLock for FlagLock<MODE> {
                 }
                 _ => while still_set(&self.busy) {},
             }
-            if self
-                .busy
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .is_ok()
-            {
+            if take(&self.busy) {
                 return 0;
             }
         }
@@ -116,6 +118,8 @@ impl<const BACKOFF: bool> SpinLock for Ttas<BACKOFF> {
                     for _ in 0..delay {
                         spin_loop();
                     }
+                    // Capped at 1024 PAUSEs (tens of microseconds), as
+                    // back-off locks usually are.
                     delay = (delay * 2).min(1024);
                 } else {
                     spin_loop();
@@ -149,10 +153,14 @@ impl SpinLock for Ticket {
     }
 }
 
+/// Slots of a partitioned ticket lock: consecutive tickets wait on
+/// different cache lines.
+const PARTITIONS: usize = 4;
+
 /// Ticket lock whose waiters spin on one of several slots (less line bouncing).
 pub struct PartitionedTicket {
     next: AtomicU64,
-    slots: [Padded<AtomicU64>; 4],
+    slots: [Padded<AtomicU64>; PARTITIONS],
     owner_ticket: AtomicU64,
 }
 impl Default for PartitionedTicket {
@@ -169,21 +177,27 @@ impl Default for PartitionedTicket {
 impl SpinLock for PartitionedTicket {
     fn lock(&self) -> usize {
         let me = self.next.fetch_add(1, Relaxed);
-        let slot = &self.slots[(me % 4) as usize].0;
+        let slot = &self.slots[(me % PARTITIONS as u64) as usize].0;
         while slot.load(Acquire) != me {}
         self.owner_ticket.store(me, Relaxed);
         0
     }
     fn unlock(&self, _: usize) {
         let next = self.owner_ticket.load(Relaxed) + 1;
-        self.slots[(next % 4) as usize].0.store(next, Release);
+        self.slots[(next % PARTITIONS as u64) as usize]
+            .0
+            .store(next, Release);
     }
 }
 
+/// A value alone on its 64-byte cache line (x86-64's line size), so that
+/// waiters on neighbouring slots do not share a line.
 #[derive(Default)]
 #[repr(align(64))]
 pub struct Padded<T>(pub T);
 
+/// Queue slots of the array and queue locks: more than the threads any zoo
+/// program runs (at most 4 per vCPU), since slots are reused round-robin.
 const SLOTS: usize = 64;
 
 /// Anderson's array lock: each waiter spins on its own slot.
@@ -305,14 +319,19 @@ impl SpinLock for Clh {
 pub struct PthreadSpin {
     lock: UnsafeCell<libc::pthread_spinlock_t>,
 }
+// SAFETY: a pthread spinlock is made to be shared between threads: every
+// access goes through pthread_spin_lock/unlock, which synchronise.
 unsafe impl Sync for PthreadSpin {}
+// SAFETY: the lock is initialised process-private and holds no
+// thread-specific state, so it may move to another thread.
 unsafe impl Send for PthreadSpin {}
 impl PthreadSpin {
     fn new() -> Self {
         let s = PthreadSpin {
             lock: UnsafeCell::new(0),
         };
-        // SAFETY: initialising a spinlock we own.
+        // SAFETY: the pointer is to the spinlock this value owns, not yet
+        // shared with any thread.
         unsafe { libc::pthread_spin_init(s.lock.get(), libc::PTHREAD_PROCESS_PRIVATE) };
         s
     }
@@ -324,7 +343,8 @@ impl SpinLock for PthreadSpin {
         0
     }
     fn unlock(&self, _: usize) {
-        // SAFETY: as above.
+        // SAFETY: initialised in new(); the caller holds the lock (the
+        // SpinLock contract: unlock follows its own lock).
         unsafe { libc::pthread_spin_unlock(self.lock.get()) };
     }
 }
@@ -338,16 +358,15 @@ impl SpinLock for CountedPause {
     fn lock(&self) -> usize {
         loop {
             let mut i = 0u64;
+            // A count that never runs out within a wait here (libgomp's
+            // active-policy spin count is billions): the thread keeps
+            // counting, which is what makes its registers change.
             while self.busy.load(Relaxed) && i < 300_000_000 {
                 spin_loop();
                 i += 1;
             }
             std::hint::black_box(i);
-            if self
-                .busy
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .is_ok()
-            {
+            if take(&self.busy) {
                 return 0;
             }
         }
