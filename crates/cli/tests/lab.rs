@@ -68,101 +68,39 @@ fn assert_passes(name: &str, r: &Value) {
     assert_eq!(r["pass"], true, "{name}: {r:#}");
 }
 
-/// While alive, the cpu controller is on cgroup v2 (as on ordinary cloud
-/// VMs). Where it sits on a v1 hierarchy with no child cgroups (this kind of
-/// machine), that hierarchy is unmounted and cpu enabled on the cgroup2
-/// mount; dropping the guard undoes both, in reverse order.
-struct CpuOnCgroupV2 {
-    /// The v1 mount to restore: mount point and options.
-    v1: Option<(String, String)>,
-    v2_root: PathBuf,
-}
-
-impl CpuOnCgroupV2 {
-    fn enable() -> CpuOnCgroupV2 {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        let v2_root = mounts
-            .lines()
-            .map(fields)
-            .find(|f| f[2] == "cgroup2")
-            .map(|f| PathBuf::from(&f[1]))
-            .expect("no cgroup2 mount to move the cpu controller to");
-        let v1 = mounts
-            .lines()
-            .map(fields)
-            .find(|f| f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu"));
-        let guard = CpuOnCgroupV2 {
-            v1: v1.as_ref().map(|f| (f[1].clone(), f[3].clone())),
-            v2_root,
-        };
-        if let Some((dir, _)) = &guard.v1 {
-            let children = std::fs::read_dir(dir)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .count();
-            assert_eq!(
-                children, 0,
-                "the v1 cpu hierarchy at {dir} has child cgroups: its controller cannot move to v2"
-            );
-            run_ok("umount", &[dir]);
-        }
-        // A v1 hierarchy is released asynchronously after its unmount.
-        wait_for(
-            "the cpu controller to be free for cgroup v2",
-            Duration::from_secs(10),
-            || std::fs::write(guard.v2_root.join("cgroup.subtree_control"), "+cpu").is_ok(),
-        );
-        guard
-    }
-}
-
-impl Drop for CpuOnCgroupV2 {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.v2_root.join("cgroup.subtree_control"), "-cpu");
-        let Some((dir, opts)) = &self.v1 else { return };
-        // The controller leaves v2 asynchronously too: retry the mount.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = Command::new("mount")
-                .args(["-t", "cgroup", "-o", opts, "cgroup", dir])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            if Instant::now() > deadline {
-                eprintln!(
-                    "could not remount the v1 cpu hierarchy at {dir} ({opts}): restore it by hand"
-                );
-                if !std::thread::panicking() {
-                    panic!("v1 cpu hierarchy not restored");
-                }
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-fn run_ok(cmd: &str, args: &[&str]) {
-    let status = Command::new(cmd).args(args).status().unwrap();
-    assert!(status.success(), "{cmd} {args:?}: {status:?}");
-}
-
 /// Bandwidth caps through cgroup v2 (threaded cgroups, cpu.max), as on an
-/// ordinary cloud VM; on this machine the test moves the cpu controller to
-/// v2 for its duration.
+/// ordinary cloud VM, end to end. It runs only where the cpu controller is
+/// available on a cgroup2 mount: moving it there from a v1 hierarchy would
+/// mean unmounting the host's cgroups, which a test must not do (on fresh
+/// machines of this kind `umount` even refuses: "target is busy"). Where
+/// cpu sits on v1 the skip is recorded; the v2 writes themselves are
+/// unit-tested on a throw-away tree in crates/lab/src/host.rs.
 #[test]
 fn caps_work_under_cgroup_v2() {
     let _guard = common::serial();
-    let _v2 = CpuOnCgroupV2::enable();
+    let v2_root = match vsched_lab::host::detect() {
+        Some(vsched_lab::host::Flavor::V2(root)) => root,
+        Some(vsched_lab::host::Flavor::V1(v1)) => {
+            return common::skip(
+                "caps_work_under_cgroup_v2",
+                &format!(
+                    "the cpu controller is on the cgroup v1 hierarchy at {} (it cannot be on v2 \
+                     too); the lab's caps under v1 are checked by shipped_layouts_pass_their_full_checks",
+                    v1.display()
+                ),
+            );
+        }
+        None => {
+            return common::skip(
+                "caps_work_under_cgroup_v2",
+                "no cgroup cpu controller on this machine (neither v1 nor v2)",
+            )
+        }
+    };
     let r = check("capped-30pct");
     assert_passes("capped-30pct under cgroup v2", &r);
     // Nothing left in the v2 hierarchy either.
-    let left: Vec<_> = std::fs::read_dir(&_v2.v2_root)
+    let left: Vec<_> = std::fs::read_dir(&v2_root)
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("vsched-lab-"))
@@ -281,6 +219,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // Ctrl-C: the run stops and removes everything itself.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
+    // SAFETY: kill only reads its integer arguments.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(2), "an interrupted run is an error");
@@ -297,6 +236,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // SIGKILL: QEMU dies with vsched; the next run sweeps the rest.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
+    // SAFETY: kill only reads its integer arguments.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();
     wait_for(

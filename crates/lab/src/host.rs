@@ -270,4 +270,60 @@ mod tests {
         assert_eq!(owner_pid("vsched-labx-1"), None);
         assert_eq!(owner_pid("other"), None);
     }
+
+    /// The v2 path on a throw-away directory tree standing in for a cgroup2
+    /// mount: which files get which values. (A real cgroup2 mount is needed
+    /// only for the kernel's side; the end-to-end test runs where one has
+    /// the cpu controller.)
+    #[test]
+    fn v2_caps_write_threaded_cgroups_and_cpu_max() {
+        let root = std::env::temp_dir().join(format!("vsched-v2-tree-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let mut bw = Bandwidth::create(Flavor::V2(root.clone()), 4242).unwrap();
+        let top = root.join(format!("vsched-lab-{}", std::process::id()));
+        assert_eq!(read(&root.join("cgroup.subtree_control")), "+cpu");
+        assert_eq!(read(&top.join("cgroup.procs")), "4242", "QEMU moves into the run's cgroup");
+        assert_eq!(read(&top.join("cgroup.subtree_control")), "+cpu");
+        bw.set(1, 4300, Some((3000, 10_000))).unwrap();
+        let vcpu1 = top.join("vcpu1");
+        assert_eq!(read(&vcpu1.join("cgroup.type")), "threaded");
+        assert_eq!(read(&vcpu1.join("cpu.max")), "3000 10000");
+        assert_eq!(read(&vcpu1.join("cgroup.threads")), "4300");
+        // Lifting the cap keeps the thread in its cgroup, unlimited.
+        bw.set(1, 4300, None).unwrap();
+        assert_eq!(read(&vcpu1.join("cpu.max")), "max 100000");
+        std::fs::write(vcpu1.join("cpu.stat"), "nr_throttled 3\nthrottled_usec 21000\n").unwrap();
+        assert_eq!(bw.throttle_stats(1), Some((3, 21_000_000)));
+        assert_eq!(bw.throttle_stats(0), None, "vCPU 0 has no cgroup");
+        // A real cgroup directory is removed with its pseudo-files in it;
+        // here they are plain files, so clear them first.
+        for dir in [&vcpu1, &top] {
+            for f in std::fs::read_dir(dir).unwrap().flatten() {
+                if f.file_type().unwrap().is_file() {
+                    std::fs::remove_file(f.path()).unwrap();
+                }
+            }
+        }
+        bw.remove().unwrap();
+        assert!(!top.exists(), "the run's cgroups are gone");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn v1_caps_write_quota_and_period() {
+        let root = std::env::temp_dir().join(format!("vsched-v1-tree-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let mut bw = Bandwidth::create(Flavor::V1(root.clone()), 4242).unwrap();
+        bw.set(0, 4301, Some((3000, 10_000))).unwrap();
+        let vcpu0 = root.join(format!("vsched-lab-{}", std::process::id())).join("vcpu0");
+        assert_eq!(read(&vcpu0.join("cpu.cfs_period_us")), "10000");
+        assert_eq!(read(&vcpu0.join("cpu.cfs_quota_us")), "3000");
+        assert_eq!(read(&vcpu0.join("tasks")), "4301");
+        assert!(!vcpu0.join("cgroup.type").exists(), "v1 has no threaded cgroups");
+        bw.set(0, 4301, None).unwrap();
+        assert_eq!(read(&vcpu0.join("cpu.cfs_quota_us")), "-1");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
