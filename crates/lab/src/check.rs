@@ -6,7 +6,7 @@
 use crate::layout::Layout;
 use crate::run::{self, LabOptions, RunResult};
 use crate::truth::{self, Item, Truth};
-use anyhow::{bail, Context, Result};
+use crate::error::{CheckError, Result};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
 use vsched_model::report::ProbeReport;
@@ -35,14 +35,14 @@ pub struct CheckResult {
 }
 
 /// Probe reports in a command's output: one pretty object, or one per line.
-pub fn parse_reports(output: &str) -> Result<Vec<ProbeReport>> {
-    let start = output.find('{').context("the probe printed no JSON")?;
-    let reports: Result<Vec<ProbeReport>, _> = serde_json::Deserializer::from_str(&output[start..])
+pub fn parse_reports(output: &str) -> Result<Vec<ProbeReport>, CheckError> {
+    let start = output.find('{').ok_or(CheckError::NoJson)?;
+    let reports = serde_json::Deserializer::from_str(&output[start..])
         .into_iter::<ProbeReport>()
-        .collect();
-    let reports = reports.context("the probe's output is not a sequence of probe reports")?;
+        .collect::<Result<Vec<ProbeReport>, _>>()
+        .map_err(CheckError::BadJson)?;
     if reports.is_empty() {
-        bail!("the probe printed no report");
+        return Err(CheckError::NoReport);
     }
     Ok(reports)
 }
@@ -102,17 +102,14 @@ pub fn check(
         opts,
         stop,
     )?;
-    let cmd = ran
-        .commands
-        .first()
-        .context("the check command did not run")?;
+    let cmd = ran.commands.first().ok_or(CheckError::NotRun)?;
     if cmd.exit_code != Some(0) {
-        bail!(
-            "`{}` failed in the guest (exit {:?}):\n{}",
-            cmd.command,
-            cmd.exit_code,
-            cmd.output
-        );
+        return Err(CheckError::CommandFailed {
+            command: cmd.command.clone(),
+            exit_code: cmd.exit_code,
+            output: cmd.output.clone(),
+        }
+        .into());
     }
     let reports = parse_reports(&cmd.output)?;
     let mut scored = Vec::new();
@@ -144,10 +141,10 @@ pub fn check(
         report: first.clone(),
     });
     if !layout.phases.is_empty() {
-        let last = reports.last().unwrap();
         if reports.len() < 2 {
-            bail!("the layout has phases but the check command printed one report: use `vsched probe --watch`");
+            return Err(CheckError::PhasesNeedWatch.into());
         }
+        let last = &reports[reports.len() - 1];
         let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
         let fin = measured_truth(
             layout,

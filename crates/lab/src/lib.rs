@@ -5,6 +5,7 @@
 //! can drive it from Rust; `vsched lab` is its command-line face.
 
 pub mod check;
+pub mod error;
 pub mod host;
 pub mod initramfs;
 pub mod kernel;
@@ -13,5 +14,6 @@ pub mod qmp;
 pub mod run;
 pub mod truth;
 
+pub use error::{LabError, LayoutError};
 pub use layout::Layout;
 pub use run::{run, Accel, LabOptions, RunResult};

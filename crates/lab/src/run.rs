@@ -5,12 +5,12 @@
 //! for a killed run, by the next run (`host::sweep_stale`) and QEMU's
 //! parent-death signal.
 
+use crate::error::{LabError, Result};
 use crate::host::{self, Bandwidth};
 use crate::initramfs::{self, MARK};
 use crate::kernel;
 use crate::layout::{Layout, VcpuState};
 use crate::qmp::Qmp;
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -147,7 +147,7 @@ fn workdir() -> Result<PathBuf> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
     Ok(dir)
 }
 
@@ -227,17 +227,13 @@ pub fn run(
             Err(e) => return Err(e),
         }
     }
-    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no accelerator to try")))
+    // `order` is never empty: every accelerator choice lists one at least.
+    Err(last_err.expect("an accelerator was tried"))
 }
 
-#[derive(Debug)]
-struct BootTimeout(String);
-impl std::fmt::Display for BootTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for BootTimeout {}
+/// Console lines quoted in boot and run errors: enough for a kernel panic's
+/// message and its cause, short enough to read in a terminal.
+const CONSOLE_TAIL_LINES: usize = 20;
 
 fn tail(lines: &[String], n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -257,7 +253,7 @@ fn boot_and_run(
 ) -> Result<RunResult> {
     let dir = workdir()?;
     let initrd_path = dir.join("initrd.cpio");
-    std::fs::write(&initrd_path, initrd)?;
+    std::fs::write(&initrd_path, initrd).map_err(LabError::io("writing", &initrd_path))?;
     let qmp_path = dir.join("qmp.sock");
     let accel_arg = match accel {
         Accel::Kvm => "kvm".to_string(),
@@ -305,9 +301,10 @@ fn boot_and_run(
         });
     }
     let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", qemu.display()))?;
+    let child = cmd.spawn().map_err(|source| LabError::StartQemu {
+        qemu: qemu.to_path_buf(),
+        source,
+    })?;
     let mut guest = Guest {
         child,
         bandwidth: None,
@@ -334,18 +331,18 @@ fn boot_and_run(
     let mut qmp = Qmp::connect(&qmp_path, Duration::from_secs(10))?;
     let threads = qmp.vcpu_threads()?;
     if threads.len() != layout.vcpus as usize {
-        bail!(
-            "QEMU reports {} vCPUs, the layout wants {}",
-            threads.len(),
-            layout.vcpus
-        );
+        return Err(LabError::VcpuCount {
+            reported: threads.len(),
+            wanted: layout.vcpus,
+        });
     }
     if let Some(f) = flavor {
         guest.bandwidth = Some(Bandwidth::create(f, guest.child.id() as i32)?);
     }
     let all_cpus: Vec<u32> = vsched_model::cpulist::parse_cpu_list(
         &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into()),
-    )?;
+    )
+    .map_err(LabError::HostCpus)?;
     let apply = |guest: &mut Guest, states: &[VcpuState]| -> Result<()> {
         for (v, s) in states.iter().enumerate() {
             let tid = threads[v];
@@ -396,7 +393,7 @@ fn boot_and_run(
     let mut done = false;
     while !done {
         if stop.load(Ordering::SeqCst) {
-            bail!("interrupted");
+            return Err(LabError::Interrupted);
         }
         // Phases are timed from the first command's start.
         if let Some(t0) = first_command {
@@ -413,30 +410,32 @@ fn boot_and_run(
         }
         let elapsed = started.elapsed();
         if boot_ms.is_none() && elapsed > boot_timeout {
-            return Err(anyhow::Error::new(BootTimeout(format!(
-                "the guest did not boot within {:.0} s ({accel_arg}); last console lines:\n{}",
-                boot_timeout.as_secs_f64(),
-                tail(&console, 20)
-            ))));
+            return Err(LabError::BootTimeout {
+                timeout_s: boot_timeout.as_secs_f64(),
+                accel: accel_arg,
+                console_tail: tail(&console, CONSOLE_TAIL_LINES),
+            });
         }
         if first_command.is_some_and(|t| t.elapsed() > run_timeout) {
-            bail!(
-                "the guest's commands did not finish within {:.0} s; last console lines:\n{}",
-                run_timeout.as_secs_f64(),
-                tail(&console, 20)
-            );
+            return Err(LabError::RunTimeout {
+                timeout_s: run_timeout.as_secs_f64(),
+                console_tail: tail(&console, CONSOLE_TAIL_LINES),
+            });
         }
         let line = match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(l) => l,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = guest.child.wait()?;
+                let status = guest
+                    .child
+                    .wait()
+                    .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
                 let err = stderr_text.join().unwrap_or_default();
-                bail!(
-                    "QEMU exited ({status}) before the guest finished; QEMU said: {}\nlast console lines:\n{}",
-                    err.trim(),
-                    tail(&console, 20)
-                );
+                return Err(LabError::QemuExited {
+                    status,
+                    stderr: err.trim().to_string(),
+                    console_tail: tail(&console, CONSOLE_TAIL_LINES),
+                });
             }
         };
         console.push(line.clone());
