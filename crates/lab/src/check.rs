@@ -73,6 +73,7 @@ fn measured_truth(
     shares_span: (f64, f64),
     episodes_span: (f64, f64),
     ratio: f64,
+    min_episode_us: f64,
 ) -> Truth {
     let mut t = truth::truth(&layout.state_at(phase), ratio);
     if let Some(shares) = truth::host_shares(&ran.host_samples, shares_span.0, shares_span.1) {
@@ -80,7 +81,12 @@ fn measured_truth(
     }
     // The timeline, where there is one, saw every way a vCPU was off; the
     // throttling statistics only the bandwidth limit.
-    let off = truth::off_episode_means_us(&ran.timeline, episodes_span.0, episodes_span.1);
+    let off = truth::off_episode_means_us(
+        &ran.timeline,
+        episodes_span.0,
+        episodes_span.1,
+        min_episode_us,
+    );
     if off.iter().any(Option::is_some) {
         t = t.with_measured_episodes(off);
     } else if let Some(means) =
@@ -132,7 +138,16 @@ pub fn check(
             (light, light)
         }
     };
-    let initial = measured_truth(layout, 0, &ran, shares_span, episodes_span, ratio);
+    let min_episode_us = first.settings.min_episode_us;
+    let initial = measured_truth(
+        layout,
+        0,
+        &ran,
+        shares_span,
+        episodes_span,
+        ratio,
+        min_episode_us,
+    );
     scored.push(Scored {
         when: "initial".into(),
         report_sequence: first.sequence,
@@ -153,6 +168,7 @@ pub fn check(
             (changed + 2.0, end),
             (changed, end),
             ratio,
+            min_episode_us,
         );
         scored.push(Scored {
             when: "final".into(),
