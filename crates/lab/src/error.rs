@@ -109,7 +109,10 @@ pub enum LabError {
         console_tail: String,
     },
     #[error("the guest's commands did not finish within {timeout_s:.0} s; last console lines:\n{console_tail}")]
-    RunTimeout { timeout_s: f64, console_tail: String },
+    RunTimeout {
+        timeout_s: f64,
+        console_tail: String,
+    },
     #[error("QEMU exited ({status}) before the guest finished; QEMU said: {stderr}\nlast console lines:\n{console_tail}")]
     QemuExited {
         status: String,
@@ -136,7 +139,11 @@ pub enum LayoutError {
     #[error("{key} = {value}: must be a positive number of seconds")]
     Timeout { key: &'static str, value: f64 },
     #[error("[[phase]] {phase}: at_s = {at_s} must be after the previous phase ({previous})")]
-    PhaseOrder { phase: usize, at_s: f64, previous: f64 },
+    PhaseOrder {
+        phase: usize,
+        at_s: f64,
+        previous: f64,
+    },
     #[error("extra binary {} does not exist", path.display())]
     ExtraBinary { path: PathBuf },
     #[error("{section}: vCPU id {id} does not exist (vcpus = {vcpus})")]
@@ -226,7 +233,10 @@ pub enum CheckError {
 
 impl LabError {
     /// An I/O error on `path` while doing `what` ("creating", "reading", ...).
-    pub fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LabError {
+    pub fn io(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> LabError {
         let path = path.into();
         move |source| LabError::Io { what, path, source }
     }

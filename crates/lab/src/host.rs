@@ -366,7 +366,10 @@ impl Bandwidth {
     /// How often and for how long vCPU `vcpu`'s cgroup has been throttled:
     /// (count, ns). Each throttling is one inactive episode of that vCPU.
     pub fn throttle_stats(&self, vcpu: u32) -> Option<(u64, u64)> {
-        let text = self.fs.read(&self.vcpus.get(&vcpu)?.join("cpu.stat")).ok()?;
+        let text = self
+            .fs
+            .read(&self.vcpus.get(&vcpu)?.join("cpu.stat"))
+            .ok()?;
         parse_throttle_stats(&text)
     }
 
@@ -429,10 +432,8 @@ mod tests {
 
     impl RecordingFs {
         fn new(test: &str) -> Arc<RecordingFs> {
-            let base = std::env::temp_dir().join(format!(
-                "vsched-labfs-{test}-{}",
-                std::process::id()
-            ));
+            let base =
+                std::env::temp_dir().join(format!("vsched-labfs-{test}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&base);
             std::fs::create_dir_all(&base).unwrap();
             Arc::new(RecordingFs {
@@ -531,7 +532,10 @@ mod tests {
         let fs = RecordingFs::new("v2");
         let root = fs.mkdir_with(
             "unified",
-            &[("cgroup.controllers", "cpu io memory\n"), ("cgroup.subtree_control", "")],
+            &[
+                ("cgroup.controllers", "cpu io memory\n"),
+                ("cgroup.subtree_control", ""),
+            ],
         );
         let mut bw =
             Bandwidth::create_with(Flavor::V2(root.clone()), 4242, fs.clone(), 77).unwrap();
@@ -569,7 +573,8 @@ mod tests {
         // While QEMU is still in it, the cgroup cannot go: the error names it.
         let err = bw.remove().unwrap_err();
         assert!(
-            err.to_string().contains("removing cgroup") && err.to_string().contains("vsched-lab-77"),
+            err.to_string().contains("removing cgroup")
+                && err.to_string().contains("vsched-lab-77"),
             "{err}"
         );
         fs.take_log();
@@ -584,10 +589,16 @@ mod tests {
                 "write unified/cgroup.subtree_control -cpu",
             ]
         );
-        assert!(fs.child_dirs(&root).unwrap().is_empty(), "cgroups left behind");
+        assert!(
+            fs.child_dirs(&root).unwrap().is_empty(),
+            "cgroups left behind"
+        );
         assert_eq!(read(&root.join("cgroup.subtree_control")), "+cpu\n-cpu\n");
         drop(bw);
-        assert!(fs.take_log().is_empty(), "dropping after removal does nothing");
+        assert!(
+            fs.take_log().is_empty(),
+            "dropping after removal does nothing"
+        );
     }
 
     #[test]
@@ -595,7 +606,10 @@ mod tests {
         let fs = RecordingFs::new("v2-enabled");
         let root = fs.mkdir_with(
             "cg",
-            &[("cgroup.controllers", "cpu memory"), ("cgroup.subtree_control", "cpu memory\n")],
+            &[
+                ("cgroup.controllers", "cpu memory"),
+                ("cgroup.subtree_control", "cpu memory\n"),
+            ],
         );
         let mut bw = Bandwidth::create_with(Flavor::V2(root.clone()), 9, fs.clone(), 3).unwrap();
         bw.set(0, 10, Some((1000, 5000))).unwrap();
@@ -603,7 +617,8 @@ mod tests {
         bw.remove().unwrap();
         let log = fs.take_log();
         assert!(
-            !log.iter().any(|l| l.starts_with("write cg/cgroup.subtree_control")),
+            !log.iter()
+                .any(|l| l.starts_with("write cg/cgroup.subtree_control")),
             "{log:?}"
         );
         assert_eq!(read(&root.join("cgroup.subtree_control")), "cpu memory\n");
@@ -647,7 +662,10 @@ mod tests {
         lines
             .iter()
             .map(|(dir, fstype, opts)| {
-                format!("{fstype} {} {fstype} {opts} 0 0\n", fs.base.join(dir).display())
+                format!(
+                    "{fstype} {} {fstype} {opts} 0 0\n",
+                    fs.base.join(dir).display()
+                )
             })
             .collect()
     }
@@ -661,7 +679,10 @@ mod tests {
         // This machine: cpu on v1, an empty v2 hierarchy beside it.
         let hybrid = mounts(
             &fs,
-            &[("cpu", "cgroup", "rw,relatime,cpu"), ("unified", "cgroup2", "rw")],
+            &[
+                ("cpu", "cgroup", "rw,relatime,cpu"),
+                ("unified", "cgroup2", "rw"),
+            ],
         );
         assert_eq!(detect_in(&hybrid, &*fs), Some(Flavor::V1(v1.clone())));
         let why = why_no_cgroup_v2(&hybrid, &*fs).unwrap();
@@ -671,17 +692,33 @@ mod tests {
         let comounted = mounts(&fs, &[("cpu", "cgroup", "rw,cpu,cpuacct")]);
         assert_eq!(detect_in(&comounted, &*fs), Some(Flavor::V1(v1)));
         // A v1 mount that merely mentions cpuacct is not the cpu controller.
-        let cpuacct_only = mounts(&fs, &[("cpu", "cgroup", "rw,cpuacct"), ("unified", "cgroup2", "rw")]);
+        let cpuacct_only = mounts(
+            &fs,
+            &[
+                ("cpu", "cgroup", "rw,cpuacct"),
+                ("unified", "cgroup2", "rw"),
+            ],
+        );
         assert_eq!(detect_in(&cpuacct_only, &*fs), None);
         // An ordinary cloud VM: unified hierarchy with cpu available.
-        let cloud = mounts(&fs, &[("unified", "cgroup2", "rw"), ("v2", "cgroup2", "rw,nsdelegate")]);
+        let cloud = mounts(
+            &fs,
+            &[
+                ("unified", "cgroup2", "rw"),
+                ("v2", "cgroup2", "rw,nsdelegate"),
+            ],
+        );
         assert_eq!(detect_in(&cloud, &*fs), Some(Flavor::V2(full)));
         assert_eq!(why_no_cgroup_v2(&cloud, &*fs), None);
         // Nothing usable: said as such, nothing mounted or moved.
         let bare = mounts(&fs, &[("unified", "cgroup2", "rw")]);
         assert_eq!(detect_in(&bare, &*fs), None);
-        assert!(why_no_cgroup_v2(&bare, &*fs).unwrap().contains("no cgroup2 mount has the cpu controller free"));
-        assert!(why_no_cgroup_v2("", &*fs).unwrap().contains("no cgroup2 file system"));
+        assert!(why_no_cgroup_v2(&bare, &*fs)
+            .unwrap()
+            .contains("no cgroup2 mount has the cpu controller free"));
+        assert!(why_no_cgroup_v2("", &*fs)
+            .unwrap()
+            .contains("no cgroup2 file system"));
         assert!(fs.take_log().is_empty(), "detection writes nothing");
         let _ = unified;
     }
@@ -707,7 +744,10 @@ mod tests {
         );
         assert_eq!(
             fs.take_log(),
-            ["rmdir unified/vsched-lab-100/vcpu1", "rmdir unified/vsched-lab-100"]
+            [
+                "rmdir unified/vsched-lab-100/vcpu1",
+                "rmdir unified/vsched-lab-100"
+            ]
         );
         assert!(tmp.join("vsched-lab-200-3").exists() && tmp.join("unrelated").exists());
         assert!(root.join("vsched-lab-200").exists() && root.join("system.slice").exists());

@@ -166,7 +166,11 @@ pub fn build(
     add_binary(&mut cpio, vsched, "vsched")?;
     for b in extra {
         // Layout validation made sure it is a file, so it has a name.
-        let name = b.file_name().unwrap_or(b.as_os_str()).to_string_lossy().into_owned();
+        let name = b
+            .file_name()
+            .unwrap_or(b.as_os_str())
+            .to_string_lossy()
+            .into_owned();
         add_binary(&mut cpio, b, &name)?;
     }
     for lib in &libs {

@@ -30,7 +30,8 @@ fn run(cmd: &mut Command, what: &'static str) -> Result<String> {
 }
 
 /// How to provide a guest kernel when fetching one failed.
-const KERNEL_HINT: &str = "the lab needs a guest kernel: allow `apt-get download linux-image-cloud-amd64` \
+const KERNEL_HINT: &str =
+    "the lab needs a guest kernel: allow `apt-get download linux-image-cloud-amd64` \
     (Debian/Ubuntu with package lists: run `apt-get update`), or pass --kernel PATH to a bzImage";
 
 fn need_kernel(source: LabError) -> LabError {
