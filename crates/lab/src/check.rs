@@ -3,10 +3,11 @@
 //! scored against the initial placement and the last against the final one
 //! (the check command should then be a `vsched probe --watch`).
 
+use crate::disturb::{self, Disturbance};
+use crate::error::{CheckError, Result};
 use crate::layout::Layout;
 use crate::run::{self, LabOptions, RunResult};
 use crate::truth::{self, Item, Truth};
-use crate::error::{CheckError, Result};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
 use vsched_model::report::ProbeReport;
@@ -23,6 +24,40 @@ pub struct Scored {
     pub report: ProbeReport,
 }
 
+/// The outcome of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every scored item within its tolerance on an undisturbed host.
+    Pass,
+    /// Some scored item out of tolerance on an undisturbed host.
+    Fail,
+    /// The host's accounting shows the run was disturbed from outside the
+    /// lab (see `disturb`): its items say nothing either way.
+    Disturbed,
+}
+
+impl Verdict {
+    /// Disturbance decides first: on a disturbed host a pass is as much
+    /// luck as a failure. Without it, any scored item out of tolerance fails.
+    pub fn of<'a>(
+        items: impl IntoIterator<Item = &'a Item>,
+        disturbances: &[Disturbance],
+    ) -> Verdict {
+        if !disturbances.is_empty() {
+            Verdict::Disturbed
+        } else if items.into_iter().all(|i| i.pass || !i.scored) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    }
+}
+
+/// Version of the check's JSON: 2 added `verdict` and `disturbances` (and
+/// `pass` became false for a disturbed run).
+pub const SCHEMA: &str = "vsched.lab-check/v2";
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckResult {
     pub schema: String,
@@ -31,7 +66,11 @@ pub struct CheckResult {
     pub boot_ms: f64,
     pub reports: usize,
     pub scored: Vec<Scored>,
+    pub verdict: Verdict,
+    /// True exactly when the verdict is pass.
     pub pass: bool,
+    /// Host-side evidence that the run was disturbed (empty: it was not).
+    pub disturbances: Vec<Disturbance>,
 }
 
 /// Probe reports in a command's output: one pretty object, or one per line.
@@ -178,19 +217,144 @@ pub fn check(
             report: last.clone(),
         });
     }
-    let pass = scored
-        .iter()
-        .all(|s| s.items.iter().all(|i| i.pass || !i.scored));
+    let disturbances = disturbances(layout, &ran, end);
+    let verdict = Verdict::of(scored.iter().flat_map(|s| &s.items), &disturbances);
     Ok((
         CheckResult {
-            schema: "vsched.lab-check/v1".into(),
+            schema: SCHEMA.into(),
             layout: layout.name().to_string(),
             accel: ran.accel.clone(),
             boot_ms: ran.boot_ms,
             reports: reports.len(),
             scored,
-            pass,
+            verdict,
+            pass: verdict == Verdict::Pass,
+            disturbances,
         },
         ran,
     ))
+}
+
+/// Disturbances over the whole check command (up to `end` s): its topology
+/// probe decides the stacking item, its capacity windows the rest. With
+/// phases, each placement is assessed over its own part.
+fn disturbances(layout: &Layout, ran: &RunResult, end: f64) -> Vec<Disturbance> {
+    let tick_ns = run::ns_per_user_tick();
+    let mut bounds = vec![0.0];
+    bounds.extend(ran.phases_applied_s.iter().copied());
+    bounds.push(end);
+    bounds
+        .windows(2)
+        .enumerate()
+        .flat_map(|(phase, w)| {
+            disturb::assess(
+                &layout.state_at(phase),
+                &ran.host_samples,
+                w[0],
+                w[1],
+                tick_ns,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::VcpuState;
+    use crate::run::HostSample;
+
+    fn item(what: &str, pass: bool, scored: bool) -> Item {
+        Item {
+            what: what.into(),
+            expected: String::new(),
+            measured: String::new(),
+            pass,
+            scored,
+        }
+    }
+
+    /// One second of host samples: each vCPU thread ran and waited the given
+    /// shares, no throttling, no steal.
+    fn host(run: &[f64], wait: &[f64]) -> Vec<HostSample> {
+        (0..=10)
+            .map(|k| {
+                let f = k as f64 / 10.0;
+                HostSample {
+                    at_s: f,
+                    cpu_ns: run.iter().map(|r| (r * f * 1e9) as u64).collect(),
+                    wait_ns: wait.iter().map(|w| (w * f * 1e9) as u64).collect(),
+                    throttled: vec![None; run.len()],
+                    host_steal_ns: vec![0; 2],
+                    lab_threads_ns: 0,
+                }
+            })
+            .collect()
+    }
+
+    const TICK: u64 = 10_000_000;
+
+    #[test]
+    fn probe_errors_on_a_quiet_host_still_fail() {
+        // stacked-pair placement, the host quiet: the pair waits only for each other.
+        let states = [
+            VcpuState {
+                host_cpu: Some(0),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+        ];
+        let quiet = disturb::assess(
+            &states,
+            &host(&[0.98, 0.49, 0.49], &[0.01, 0.5, 0.5]),
+            0.0,
+            1.0,
+            TICK,
+        );
+        assert!(quiet.is_empty(), "{quiet:?}");
+        let wrong_group = [
+            item("stacking groups", false, true),
+            item("vCPU 0 straggler", true, true),
+        ];
+        assert_eq!(Verdict::of(&wrong_group, &quiet), Verdict::Fail);
+        let share_far_off = [
+            item("stacking groups", true, true),
+            item("vCPU 1 relative available share", false, true),
+        ];
+        assert_eq!(Verdict::of(&share_far_off, &quiet), Verdict::Fail);
+        // Items shown for information only do not decide.
+        let info_off = [
+            item("stacking groups", true, true),
+            item("vCPU 1 relative capacity", false, false),
+        ];
+        assert_eq!(Verdict::of(&info_off, &quiet), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_disturbed_host_makes_any_result_disturbed() {
+        let states = [
+            VcpuState {
+                host_cpu: Some(0),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+        ];
+        // A hog beside vCPU 0 took half of host CPU 0.
+        let hog = disturb::assess(&states, &host(&[0.5, 0.98], &[0.49, 0.01]), 0.0, 1.0, TICK);
+        assert_eq!(hog.len(), 1, "{hog:?}");
+        let all_pass = [item("stacking groups", true, true)];
+        assert_eq!(Verdict::of(&all_pass, &hog), Verdict::Disturbed);
+        let failed = [item("stacking groups", false, true)];
+        assert_eq!(Verdict::of(&failed, &hog), Verdict::Disturbed);
+    }
 }

@@ -71,8 +71,20 @@ pub struct HostSample {
     pub at_s: f64,
     /// Cumulative CPU time of each vCPU thread.
     pub cpu_ns: Vec<u64>,
+    /// Cumulative time each vCPU thread was runnable but waited for a host
+    /// CPU (its run delay; throttled time included).
+    #[serde(default)]
+    pub wait_ns: Vec<u64>,
     /// Per vCPU with a bandwidth cgroup: (times throttled, ns throttled).
     pub throttled: Vec<Option<(u64, u64)>>,
+    /// Cumulative steal time of each host CPU (/proc/stat), indexed by CPU
+    /// number: time this machine's own hypervisor took from it.
+    #[serde(default)]
+    pub host_steal_ns: Vec<u64>,
+    /// Cumulative CPU time of the lab's own threads: QEMU's other than the
+    /// vCPU threads (main loop, I/O) and this process's (sampler, console).
+    #[serde(default)]
+    pub lab_threads_ns: u64,
 }
 
 /// The vCPU threads' cumulative run time at one moment of the timeline.
@@ -106,7 +118,10 @@ fn sample_timeline(
         while !stop.load(Ordering::Relaxed) && out.len() < TIMELINE_MAX_SAMPLES {
             out.push(TimelineSample {
                 at_s: t0.elapsed().as_secs_f64(),
-                cpu_ns: tids.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+                cpu_ns: tids
+                    .iter()
+                    .map(|&tid| thread_schedstat(pid, tid).0)
+                    .collect(),
             });
             std::thread::sleep(TIMELINE_EVERY);
         }
@@ -114,12 +129,64 @@ fn sample_timeline(
     })
 }
 
-/// Cumulative run time of a host thread (first field of its schedstat).
-fn thread_cpu_ns(pid: u32, tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+/// Cumulative run time and run delay (time runnable but waiting) of a host
+/// thread: the first two fields of its schedstat; zeros once it is gone.
+fn thread_schedstat(pid: u32, tid: i32) -> (u64, u64) {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|v| v.parse().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
+}
+
+/// Cumulative run time of the threads of process `pid`, leaving out `except`.
+fn process_cpu_ns(pid: u32, except: &[i32]) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|tid| !except.contains(tid))
+        .map(|tid| thread_schedstat(pid, tid).0)
+        .sum()
+}
+
+/// Cumulative steal time of each host CPU, indexed by CPU number (CPUs not
+/// listed read 0), from /proc/stat text.
+pub fn parse_steal_ns(proc_stat: &str, ns_per_tick: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for line in proc_stat.lines() {
+        let mut f = line.split_whitespace();
+        let Some(cpu) = f
+            .next()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        // cpuN user nice system idle iowait irq softirq steal ...
+        let steal: u64 = f.nth(7).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if out.len() <= cpu {
+            out.resize(cpu + 1, 0);
+        }
+        out[cpu] = steal * ns_per_tick;
+    }
+    out
+}
+
+/// /proc/stat counts in USER_HZ ticks: nanoseconds per tick.
+pub fn ns_per_user_tick() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // USER_HZ is 100 on every Linux architecture that matters here.
+    1_000_000_000 / if hz > 0 { hz as u64 } else { 100 }
+}
+
+fn host_steal_ns() -> Vec<u64> {
+    parse_steal_ns(
+        &std::fs::read_to_string("/proc/stat").unwrap_or_default(),
+        ns_per_user_tick(),
+    )
 }
 
 /// A started QEMU and what was created for it.
@@ -278,6 +345,9 @@ fn boot_and_run(
             "-append",
             "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
         ])
+        // Thread names ("CPU 1/TCG") make the vCPU threads easy to find in
+        // host-side tools (top -H, ftrace) when a run needs a closer look.
+        .args(["-name", "vsched-lab,debug-threads=on"])
         .args([
             "-nodefaults",
             "-no-reboot",
@@ -379,12 +449,21 @@ fn boot_and_run(
         }
     }
     let _stop_timeline = StopOnDrop(timeline_stop.clone());
-    let sample = |guest: &Guest, at_s: f64| HostSample {
-        at_s,
-        cpu_ns: threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
-        throttled: (0..threads.len() as u32)
-            .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
-            .collect(),
+    let sample = |guest: &Guest, at_s: f64| {
+        let (cpu_ns, wait_ns) = threads
+            .iter()
+            .map(|&tid| thread_schedstat(pid, tid))
+            .unzip();
+        HostSample {
+            at_s,
+            cpu_ns,
+            wait_ns,
+            throttled: (0..threads.len() as u32)
+                .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
+                .collect(),
+            host_steal_ns: host_steal_ns(),
+            lab_threads_ns: process_cpu_ns(pid, &threads) + process_cpu_ns(std::process::id(), &[]),
+        }
     };
     let mut command_ends_s = Vec::new();
     let mut last_sample = Instant::now();
@@ -513,4 +592,24 @@ fn boot_and_run(
         command_ends_s,
         console: console.join("\n"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_per_host_cpu_from_proc_stat() {
+        let stat = "cpu  45959 0 6591 24739 502 0 71 108 0 0\n\
+                    cpu0 22472 0 2986 13406 74 0 7 47 0 0\n\
+                    cpu1 23486 0 3605 11332 427 0 63 61 0 0\n\
+                    intr 1 2 3\n";
+        assert_eq!(
+            parse_steal_ns(stat, 10_000_000),
+            vec![470_000_000, 610_000_000]
+        );
+        // A CPU missing from the list (offline) reads 0.
+        let gap = "cpu0 1 0 1 1 0 0 0 5 0 0\ncpu2 1 0 1 1 0 0 0 7 0 0\n";
+        assert_eq!(parse_steal_ns(gap, 1), vec![5, 0, 7]);
+    }
 }

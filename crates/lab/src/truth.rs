@@ -406,7 +406,8 @@ mod tests {
         let mean = off_episode_means_us(&capped_timeline(4), 0.0, 0.1, 8000.0)[1].unwrap();
         assert!((mean - 17000.0).abs() < 1.0, "{mean}");
         // Episodes cut by the span's ends are not counted.
-        let mean = off_episode_means_us(&capped_timeline(usize::MAX), 0.005, 0.1, 200.0)[1].unwrap();
+        let mean =
+            off_episode_means_us(&capped_timeline(usize::MAX), 0.005, 0.1, 200.0)[1].unwrap();
         assert!((mean - 7000.0).abs() < 1.0, "{mean}");
         assert_eq!(
             off_episode_means_us(&[], 0.0, 1.0, 200.0),
@@ -419,7 +420,10 @@ mod tests {
         let s = |at_s: f64, cpu_ns: Vec<u64>, thr: Option<(u64, u64)>| HostSample {
             at_s,
             cpu_ns,
+            wait_ns: vec![],
             throttled: vec![None, thr],
+            host_steal_ns: vec![],
+            lab_threads_ns: 0,
         };
         let samples = vec![
             s(0.0, vec![0, 0], Some((10, 70_000_000))),
