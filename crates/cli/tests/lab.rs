@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use vsched_lab::host::{self, Flavor};
 
 fn layout(name: &str) -> String {
     format!(
@@ -19,23 +20,71 @@ fn layout(name: &str) -> String {
     )
 }
 
-/// Runs `lab check --json`; exit 0 (pass) or 1 (scored, some item failed).
+/// Runs `lab check --json`: exit 0 (pass), 1 (fail) or 3 (disturbed), the
+/// exit status following the JSON's verdict.
 fn check(name: &str) -> Value {
     let out = vsched(&["lab", "check", "--json", &layout(name)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "lab check {name} could not run (exit {:?}):\n{text}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let verdict = match out.status.code() {
+        Some(0) => "pass",
+        Some(1) => "fail",
+        Some(3) => "disturbed",
+        code => panic!(
+            "lab check {name} could not run (exit {code:?}):\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
     let r: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        r["pass"] == true,
-        out.status.code() == Some(0),
-        "exit status follows the verdict"
+        r["verdict"], verdict,
+        "exit status follows the verdict: {r:#}"
+    );
+    assert_eq!(r["pass"] == true, verdict == "pass", "{r:#}");
+    assert_eq!(
+        r["disturbances"].as_array().unwrap().is_empty(),
+        verdict != "disturbed",
+        "disturbed exactly when there is evidence: {r:#}"
     );
     r
+}
+
+/// Runs a check at most this often to get one that something outside the
+/// lab did not disturb (a compile on a shared CI machine lasts minutes).
+const ATTEMPTS: usize = 4;
+/// Pause between attempts, for a passing disturbance to pass.
+const PAUSE_BETWEEN_ATTEMPTS: Duration = Duration::from_secs(5);
+
+/// The first undisturbed `lab check` of `name`, whatever its verdict. A
+/// disturbed run says nothing about the probe, so it is repeated; if every
+/// attempt is disturbed the test fails saying so: the contract could not
+/// be checked on this machine now.
+fn undisturbed_check(name: &str) -> Value {
+    let mut reasons = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let r = check(name);
+        if r["verdict"] != "disturbed" {
+            return r;
+        }
+        let why: Vec<&str> = r["disturbances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["description"].as_str())
+            .collect();
+        eprintln!(
+            "{name}: attempt {attempt} of {ATTEMPTS} DISTURBED: {}",
+            why.join("; ")
+        );
+        reasons.push(format!("attempt {attempt}: {}", why.join("; ")));
+        if attempt < ATTEMPTS {
+            std::thread::sleep(PAUSE_BETWEEN_ATTEMPTS);
+        }
+    }
+    panic!(
+        "{name}: all {ATTEMPTS} runs were DISTURBED by something outside the lab, so its \
+         check could not be judged on this machine now:\n{}",
+        reasons.join("\n")
+    );
 }
 
 fn item<'a>(r: &'a Value, when: usize, what: &str) -> &'a Value {
@@ -68,101 +117,36 @@ fn assert_passes(name: &str, r: &Value) {
     assert_eq!(r["pass"], true, "{name}: {r:#}");
 }
 
-/// While alive, the cpu controller is on cgroup v2 (as on ordinary cloud
-/// VMs). Where it sits on a v1 hierarchy with no child cgroups (this kind of
-/// machine), that hierarchy is unmounted and cpu enabled on the cgroup2
-/// mount; dropping the guard undoes both, in reverse order.
-struct CpuOnCgroupV2 {
-    /// The v1 mount to restore: mount point and options.
-    v1: Option<(String, String)>,
-    v2_root: PathBuf,
-}
-
-impl CpuOnCgroupV2 {
-    fn enable() -> CpuOnCgroupV2 {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        let v2_root = mounts
-            .lines()
-            .map(fields)
-            .find(|f| f[2] == "cgroup2")
-            .map(|f| PathBuf::from(&f[1]))
-            .expect("no cgroup2 mount to move the cpu controller to");
-        let v1 = mounts
-            .lines()
-            .map(fields)
-            .find(|f| f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu"));
-        let guard = CpuOnCgroupV2 {
-            v1: v1.as_ref().map(|f| (f[1].clone(), f[3].clone())),
-            v2_root,
-        };
-        if let Some((dir, _)) = &guard.v1 {
-            let children = std::fs::read_dir(dir)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .count();
-            assert_eq!(
-                children, 0,
-                "the v1 cpu hierarchy at {dir} has child cgroups: its controller cannot move to v2"
-            );
-            run_ok("umount", &[dir]);
-        }
-        // A v1 hierarchy is released asynchronously after its unmount.
-        wait_for(
-            "the cpu controller to be free for cgroup v2",
-            Duration::from_secs(10),
-            || std::fs::write(guard.v2_root.join("cgroup.subtree_control"), "+cpu").is_ok(),
-        );
-        guard
-    }
-}
-
-impl Drop for CpuOnCgroupV2 {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.v2_root.join("cgroup.subtree_control"), "-cpu");
-        let Some((dir, opts)) = &self.v1 else { return };
-        // The controller leaves v2 asynchronously too: retry the mount.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = Command::new("mount")
-                .args(["-t", "cgroup", "-o", opts, "cgroup", dir])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            if Instant::now() > deadline {
-                eprintln!(
-                    "could not remount the v1 cpu hierarchy at {dir} ({opts}): restore it by hand"
-                );
-                if !std::thread::panicking() {
-                    panic!("v1 cpu hierarchy not restored");
-                }
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-fn run_ok(cmd: &str, args: &[&str]) {
-    let status = Command::new(cmd).args(args).status().unwrap();
-    assert!(status.success(), "{cmd} {args:?}: {status:?}");
-}
-
 /// Bandwidth caps through cgroup v2 (threaded cgroups, cpu.max), as on an
-/// ordinary cloud VM; on this machine the test moves the cpu controller to
-/// v2 for its duration.
+/// ordinary cloud VM, end to end: only where the cpu controller is free on
+/// a cgroup2 mount. Nothing is unmounted or moved to get it (on a hybrid
+/// host such as the development machines v1 holds it and the test skips,
+/// saying so); the v2 logic itself (files, values, order, removal, sweep,
+/// detection) is unit-tested in vsched-lab against a stand-in tree.
 #[test]
 fn caps_work_under_cgroup_v2() {
     let _guard = common::serial();
-    let _v2 = CpuOnCgroupV2::enable();
-    let r = check("capped-30pct");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let detected = host::detect_in(&mounts, &host::SysFs);
+    if let Some(why) = host::why_no_cgroup_v2(&mounts, &host::SysFs) {
+        // What can be checked here: the lab's choice agrees with the reason.
+        assert!(!matches!(detected, Some(Flavor::V2(_))), "{why}");
+        if let Some(Flavor::V1(v1)) = &detected {
+            assert!(why.contains(&v1.display().to_string()), "{why}");
+        }
+        common::skip(
+            "caps_work_under_cgroup_v2",
+            &format!("{why}; nothing is unmounted to free it (the cgroup v2 logic is unit-tested in vsched-lab)"),
+        );
+        return;
+    }
+    let Some(Flavor::V2(root)) = detected else {
+        unreachable!("why_no_cgroup_v2 found cgroup v2 usable")
+    };
+    let r = undisturbed_check("capped-30pct");
     assert_passes("capped-30pct under cgroup v2", &r);
     // Nothing left in the v2 hierarchy either.
-    let left: Vec<_> = std::fs::read_dir(&_v2.v2_root)
+    let left: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("vsched-lab-"))
@@ -172,16 +156,17 @@ fn caps_work_under_cgroup_v2() {
 
 /// The lab's contract, end to end: every shipped layout's check passes in
 /// full, and the phase change is followed (becomes-stacked scores the
-/// initial placement unstacked and the final one stacked).
+/// initial placement unstacked and the final one stacked). A run that
+/// something outside the lab disturbed is repeated (`undisturbed_check`).
 #[test]
 fn shipped_layouts_pass_their_full_checks() {
     let _guard = common::serial();
     for name in ["two-free", "stacked-pair", "capped-30pct"] {
-        let r = check(name);
+        let r = undisturbed_check(name);
         assert!(r["boot_ms"].as_f64().unwrap() > 0.0);
         assert_passes(name, &r);
     }
-    let r = check("becomes-stacked");
+    let r = undisturbed_check("becomes-stacked");
     assert_passes("becomes-stacked", &r);
     assert_eq!(
         r["scored"].as_array().unwrap().len(),
@@ -281,6 +266,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // Ctrl-C: the run stops and removes everything itself.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
+    // SAFETY: kill only sends a signal, to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(2), "an interrupted run is an error");
@@ -297,6 +283,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // SIGKILL: QEMU dies with vsched; the next run sweeps the rest.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
+    // SAFETY: kill only sends a signal, to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();
     wait_for(
