@@ -4,7 +4,7 @@ use crate::signals;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use vsched_lab::check::{self, CheckResult};
+use vsched_lab::check::{self, CheckResult, Verdict};
 use vsched_lab::{Accel, LabOptions, Layout};
 
 #[derive(Subcommand, Debug)]
@@ -31,7 +31,12 @@ Layouts are TOML files (see docs/lab.md and lab/layouts/): vCPU count, memory,
 per-vCPU host CPU (two vCPUs on one host CPU are stacked), per-vCPU bandwidth
 (quota_us/period_us), phases that change these at given times, and commands.
 Needs root (pinning QEMU's threads, cgroups), qemu-system-x86 and busybox-static;
-the guest kernel is Debian's linux-image-cloud-amd64, fetched once and cached.")]
+the guest kernel is Debian's linux-image-cloud-amd64, fetched once and cached.
+
+Exit status: 0 commands succeeded / check passed; 1 a guest command failed /
+check failed; 2 the lab could not run; 3 (check) DISTURBED: host steal or
+another task on the vCPUs' host CPUs beyond the limits in docs/lab.md, so the
+run says nothing about the probe.")]
 pub struct CommonArgs {
     /// Layout file (TOML)
     layout: PathBuf,
@@ -84,7 +89,8 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
             } else {
                 args.commands.clone()
             };
-            let r = vsched_lab::run(&layout, &commands, &opts, &signals::STOP)?;
+            let r = vsched_lab::run(&layout, &commands, &opts, &signals::STOP)
+                .with_context(|| format!("running layout {}", layout.name()))?;
             if args.common.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -108,7 +114,8 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
         }
         LabCommand::Check(common) => {
             let (layout, opts) = prepare(&common)?;
-            let (result, ran) = check::check(&layout, &opts, &signals::STOP)?;
+            let (result, ran) = check::check(&layout, &opts, &signals::STOP)
+                .with_context(|| format!("checking layout {}", layout.name()))?;
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&result)?);
             } else {
@@ -116,6 +123,9 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
                     println!("{}\n", ran.console);
                 }
                 print!("{}", render(&result));
+            }
+            if result.verdict == Verdict::Disturbed {
+                exit_disturbed();
             }
             Ok(result.pass)
         }
@@ -148,6 +158,32 @@ fn render(r: &CheckResult) -> String {
             ));
         }
     }
-    out.push_str(&format!("\n{}\n", if r.pass { "PASS" } else { "FAIL" }));
+    for d in &r.disturbances {
+        out.push_str(&format!("\ndisturbed: {}", d.description));
+    }
+    if !r.disturbances.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(match r.verdict {
+        Verdict::Pass => "\nPASS\n",
+        Verdict::Fail => "\nFAIL\n",
+        Verdict::Disturbed => {
+            "\nDISTURBED: something outside the lab took host CPU time the layout's vCPUs \
+             needed; the items above are not a verdict on the probe (run the check again \
+             on a quieter host)\n"
+        }
+    });
     out
+}
+
+/// Exit status of a disturbed check (0 pass, 1 fail, 2 could not run).
+const EXIT_DISTURBED: i32 = 3;
+
+/// Ends the process with [`EXIT_DISTURBED`]. `main` maps this command's
+/// `Ok(bool)` to 0 or 1 only; a third verdict needs its own status, and
+/// everything the run created is already gone by the time a verdict exists.
+fn exit_disturbed() -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(EXIT_DISTURBED)
 }

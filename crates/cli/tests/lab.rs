@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use vsched_lab::host::{self, Flavor};
 
 fn layout(name: &str) -> String {
     format!(
@@ -19,23 +20,71 @@ fn layout(name: &str) -> String {
     )
 }
 
-/// Runs `lab check --json`; exit 0 (pass) or 1 (scored, some item failed).
+/// Runs `lab check --json`: exit 0 (pass), 1 (fail) or 3 (disturbed), the
+/// exit status following the JSON's verdict.
 fn check(name: &str) -> Value {
     let out = vsched(&["lab", "check", "--json", &layout(name)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
-        "lab check {name} could not run (exit {:?}):\n{text}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let verdict = match out.status.code() {
+        Some(0) => "pass",
+        Some(1) => "fail",
+        Some(3) => "disturbed",
+        code => panic!(
+            "lab check {name} could not run (exit {code:?}):\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
     let r: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        r["pass"] == true,
-        out.status.code() == Some(0),
-        "exit status follows the verdict"
+        r["verdict"], verdict,
+        "exit status follows the verdict: {r:#}"
+    );
+    assert_eq!(r["pass"] == true, verdict == "pass", "{r:#}");
+    assert_eq!(
+        r["disturbances"].as_array().unwrap().is_empty(),
+        verdict != "disturbed",
+        "disturbed exactly when there is evidence: {r:#}"
     );
     r
+}
+
+/// Runs a check at most this often to get one that something outside the
+/// lab did not disturb (a compile on a shared CI machine lasts minutes).
+const ATTEMPTS: usize = 4;
+/// Pause between attempts, for a passing disturbance to pass.
+const PAUSE_BETWEEN_ATTEMPTS: Duration = Duration::from_secs(5);
+
+/// The first undisturbed `lab check` of `name`, whatever its verdict. A
+/// disturbed run says nothing about the probe, so it is repeated; if every
+/// attempt is disturbed the test fails saying so: the contract could not
+/// be checked on this machine now.
+fn undisturbed_check(name: &str) -> Value {
+    let mut reasons = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let r = check(name);
+        if r["verdict"] != "disturbed" {
+            return r;
+        }
+        let why: Vec<&str> = r["disturbances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["description"].as_str())
+            .collect();
+        eprintln!(
+            "{name}: attempt {attempt} of {ATTEMPTS} DISTURBED: {}",
+            why.join("; ")
+        );
+        reasons.push(format!("attempt {attempt}: {}", why.join("; ")));
+        if attempt < ATTEMPTS {
+            std::thread::sleep(PAUSE_BETWEEN_ATTEMPTS);
+        }
+    }
+    panic!(
+        "{name}: all {ATTEMPTS} runs were DISTURBED by something outside the lab, so its \
+         check could not be judged on this machine now:\n{}",
+        reasons.join("\n")
+    );
 }
 
 fn item<'a>(r: &'a Value, when: usize, what: &str) -> &'a Value {
@@ -69,38 +118,35 @@ fn assert_passes(name: &str, r: &Value) {
 }
 
 /// Bandwidth caps through cgroup v2 (threaded cgroups, cpu.max), as on an
-/// ordinary cloud VM, end to end. It runs only where the cpu controller is
-/// available on a cgroup2 mount: moving it there from a v1 hierarchy would
-/// mean unmounting the host's cgroups, which a test must not do (on fresh
-/// machines of this kind `umount` even refuses: "target is busy"). Where
-/// cpu sits on v1 the skip is recorded; the v2 writes themselves are
-/// unit-tested on a throw-away tree in crates/lab/src/host.rs.
+/// ordinary cloud VM, end to end: only where the cpu controller is free on
+/// a cgroup2 mount. Nothing is unmounted or moved to get it (on a hybrid
+/// host such as the development machines v1 holds it and the test skips,
+/// saying so); the v2 logic itself (files, values, order, removal, sweep,
+/// detection) is unit-tested in vsched-lab against a stand-in tree.
 #[test]
 fn caps_work_under_cgroup_v2() {
     let _guard = common::serial();
-    let v2_root = match vsched_lab::host::detect() {
-        Some(vsched_lab::host::Flavor::V2(root)) => root,
-        Some(vsched_lab::host::Flavor::V1(v1)) => {
-            return common::skip(
-                "caps_work_under_cgroup_v2",
-                &format!(
-                    "the cpu controller is on the cgroup v1 hierarchy at {} (it cannot be on v2 \
-                     too); the lab's caps under v1 are checked by shipped_layouts_pass_their_full_checks",
-                    v1.display()
-                ),
-            );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let detected = host::detect_in(&mounts, &host::SysFs);
+    if let Some(why) = host::why_no_cgroup_v2(&mounts, &host::SysFs) {
+        // What can be checked here: the lab's choice agrees with the reason.
+        assert!(!matches!(detected, Some(Flavor::V2(_))), "{why}");
+        if let Some(Flavor::V1(v1)) = &detected {
+            assert!(why.contains(&v1.display().to_string()), "{why}");
         }
-        None => {
-            return common::skip(
-                "caps_work_under_cgroup_v2",
-                "no cgroup cpu controller on this machine (neither v1 nor v2)",
-            )
-        }
+        common::skip(
+            "caps_work_under_cgroup_v2",
+            &format!("{why}; nothing is unmounted to free it (the cgroup v2 logic is unit-tested in vsched-lab)"),
+        );
+        return;
+    }
+    let Some(Flavor::V2(root)) = detected else {
+        unreachable!("why_no_cgroup_v2 found cgroup v2 usable")
     };
-    let r = check("capped-30pct");
+    let r = undisturbed_check("capped-30pct");
     assert_passes("capped-30pct under cgroup v2", &r);
     // Nothing left in the v2 hierarchy either.
-    let left: Vec<_> = std::fs::read_dir(&v2_root)
+    let left: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("vsched-lab-"))
@@ -110,16 +156,17 @@ fn caps_work_under_cgroup_v2() {
 
 /// The lab's contract, end to end: every shipped layout's check passes in
 /// full, and the phase change is followed (becomes-stacked scores the
-/// initial placement unstacked and the final one stacked).
+/// initial placement unstacked and the final one stacked). A run that
+/// something outside the lab disturbed is repeated (`undisturbed_check`).
 #[test]
 fn shipped_layouts_pass_their_full_checks() {
     let _guard = common::serial();
     for name in ["two-free", "stacked-pair", "capped-30pct"] {
-        let r = check(name);
+        let r = undisturbed_check(name);
         assert!(r["boot_ms"].as_f64().unwrap() > 0.0);
         assert_passes(name, &r);
     }
-    let r = check("becomes-stacked");
+    let r = undisturbed_check("becomes-stacked");
     assert_passes("becomes-stacked", &r);
     assert_eq!(
         r["scored"].as_array().unwrap().len(),
@@ -219,7 +266,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // Ctrl-C: the run stops and removes everything itself.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
-    // SAFETY: kill only reads its integer arguments.
+    // SAFETY: kill only sends a signal, to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(2), "an interrupted run is an error");
@@ -236,7 +283,7 @@ fn interrupt_and_kill_leave_nothing_behind() {
     // SIGKILL: QEMU dies with vsched; the next run sweeps the rest.
     let (mut child, qemu) = start_sleeping_guest();
     let pid = child.id();
-    // SAFETY: kill only reads its integer arguments.
+    // SAFETY: kill only sends a signal, to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     child.wait().unwrap();
     wait_for(

@@ -3,10 +3,11 @@
 //! scored against the initial placement and the last against the final one
 //! (the check command should then be a `vsched probe --watch`).
 
+use crate::disturb::{self, Disturbance};
+use crate::error::{CheckError, Result};
 use crate::layout::Layout;
 use crate::run::{self, LabOptions, RunResult};
 use crate::truth::{self, Item, Truth};
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
 use vsched_model::report::ProbeReport;
@@ -23,6 +24,40 @@ pub struct Scored {
     pub report: ProbeReport,
 }
 
+/// The outcome of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every scored item within its tolerance on an undisturbed host.
+    Pass,
+    /// Some scored item out of tolerance on an undisturbed host.
+    Fail,
+    /// The host's accounting shows the run was disturbed from outside the
+    /// lab (see `disturb`): its items say nothing either way.
+    Disturbed,
+}
+
+impl Verdict {
+    /// Disturbance decides first: on a disturbed host a pass is as much
+    /// luck as a failure. Without it, any scored item out of tolerance fails.
+    pub fn of<'a>(
+        items: impl IntoIterator<Item = &'a Item>,
+        disturbances: &[Disturbance],
+    ) -> Verdict {
+        if !disturbances.is_empty() {
+            Verdict::Disturbed
+        } else if items.into_iter().all(|i| i.pass || !i.scored) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    }
+}
+
+/// Version of the check's JSON: 2 added `verdict` and `disturbances` (and
+/// `pass` became false for a disturbed run).
+pub const SCHEMA: &str = "vsched.lab-check/v2";
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckResult {
     pub schema: String,
@@ -31,18 +66,22 @@ pub struct CheckResult {
     pub boot_ms: f64,
     pub reports: usize,
     pub scored: Vec<Scored>,
+    pub verdict: Verdict,
+    /// True exactly when the verdict is pass.
     pub pass: bool,
+    /// Host-side evidence that the run was disturbed (empty: it was not).
+    pub disturbances: Vec<Disturbance>,
 }
 
 /// Probe reports in a command's output: one pretty object, or one per line.
-pub fn parse_reports(output: &str) -> Result<Vec<ProbeReport>> {
-    let start = output.find('{').context("the probe printed no JSON")?;
-    let reports: Result<Vec<ProbeReport>, _> = serde_json::Deserializer::from_str(&output[start..])
+pub fn parse_reports(output: &str) -> Result<Vec<ProbeReport>, CheckError> {
+    let start = output.find('{').ok_or(CheckError::NoJson)?;
+    let reports = serde_json::Deserializer::from_str(&output[start..])
         .into_iter::<ProbeReport>()
-        .collect();
-    let reports = reports.context("the probe's output is not a sequence of probe reports")?;
+        .collect::<Result<Vec<ProbeReport>, _>>()
+        .map_err(CheckError::BadJson)?;
     if reports.is_empty() {
-        bail!("the probe printed no report");
+        return Err(CheckError::NoReport);
     }
     Ok(reports)
 }
@@ -73,6 +112,7 @@ fn measured_truth(
     shares_span: (f64, f64),
     episodes_span: (f64, f64),
     ratio: f64,
+    min_episode_us: f64,
 ) -> Truth {
     let mut t = truth::truth(&layout.state_at(phase), ratio);
     if let Some(shares) = truth::host_shares(&ran.host_samples, shares_span.0, shares_span.1) {
@@ -80,7 +120,12 @@ fn measured_truth(
     }
     // The timeline, where there is one, saw every way a vCPU was off; the
     // throttling statistics only the bandwidth limit.
-    let off = truth::off_episode_means_us(&ran.timeline, episodes_span.0, episodes_span.1);
+    let off = truth::off_episode_means_us(
+        &ran.timeline,
+        episodes_span.0,
+        episodes_span.1,
+        min_episode_us,
+    );
     if off.iter().any(Option::is_some) {
         t = t.with_measured_episodes(off);
     } else if let Some(means) =
@@ -102,17 +147,14 @@ pub fn check(
         opts,
         stop,
     )?;
-    let cmd = ran
-        .commands
-        .first()
-        .context("the check command did not run")?;
+    let cmd = ran.commands.first().ok_or(CheckError::NotRun)?;
     if cmd.exit_code != Some(0) {
-        bail!(
-            "`{}` failed in the guest (exit {:?}):\n{}",
-            cmd.command,
-            cmd.exit_code,
-            cmd.output
-        );
+        return Err(CheckError::CommandFailed {
+            command: cmd.command.clone(),
+            exit_code: cmd.exit_code,
+            output: cmd.output.clone(),
+        }
+        .into());
     }
     let reports = parse_reports(&cmd.output)?;
     let mut scored = Vec::new();
@@ -135,7 +177,16 @@ pub fn check(
             (light, light)
         }
     };
-    let initial = measured_truth(layout, 0, &ran, shares_span, episodes_span, ratio);
+    let min_episode_us = first.settings.min_episode_us;
+    let initial = measured_truth(
+        layout,
+        0,
+        &ran,
+        shares_span,
+        episodes_span,
+        ratio,
+        min_episode_us,
+    );
     scored.push(Scored {
         when: "initial".into(),
         report_sequence: first.sequence,
@@ -144,10 +195,10 @@ pub fn check(
         report: first.clone(),
     });
     if !layout.phases.is_empty() {
-        let last = reports.last().unwrap();
         if reports.len() < 2 {
-            bail!("the layout has phases but the check command printed one report: use `vsched probe --watch`");
+            return Err(CheckError::PhasesNeedWatch.into());
         }
+        let last = &reports[reports.len() - 1];
         let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
         let fin = measured_truth(
             layout,
@@ -156,6 +207,7 @@ pub fn check(
             (changed + 2.0, end),
             (changed, end),
             ratio,
+            min_episode_us,
         );
         scored.push(Scored {
             when: "final".into(),
@@ -165,19 +217,144 @@ pub fn check(
             report: last.clone(),
         });
     }
-    let pass = scored
-        .iter()
-        .all(|s| s.items.iter().all(|i| i.pass || !i.scored));
+    let disturbances = disturbances(layout, &ran, end);
+    let verdict = Verdict::of(scored.iter().flat_map(|s| &s.items), &disturbances);
     Ok((
         CheckResult {
-            schema: "vsched.lab-check/v1".into(),
+            schema: SCHEMA.into(),
             layout: layout.name().to_string(),
             accel: ran.accel.clone(),
             boot_ms: ran.boot_ms,
             reports: reports.len(),
             scored,
-            pass,
+            verdict,
+            pass: verdict == Verdict::Pass,
+            disturbances,
         },
         ran,
     ))
+}
+
+/// Disturbances over the whole check command (up to `end` s): its topology
+/// probe decides the stacking item, its capacity windows the rest. With
+/// phases, each placement is assessed over its own part.
+fn disturbances(layout: &Layout, ran: &RunResult, end: f64) -> Vec<Disturbance> {
+    let tick_ns = run::ns_per_user_tick();
+    let mut bounds = vec![0.0];
+    bounds.extend(ran.phases_applied_s.iter().copied());
+    bounds.push(end);
+    bounds
+        .windows(2)
+        .enumerate()
+        .flat_map(|(phase, w)| {
+            disturb::assess(
+                &layout.state_at(phase),
+                &ran.host_samples,
+                w[0],
+                w[1],
+                tick_ns,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::VcpuState;
+    use crate::run::HostSample;
+
+    fn item(what: &str, pass: bool, scored: bool) -> Item {
+        Item {
+            what: what.into(),
+            expected: String::new(),
+            measured: String::new(),
+            pass,
+            scored,
+        }
+    }
+
+    /// One second of host samples: each vCPU thread ran and waited the given
+    /// shares, no throttling, no steal.
+    fn host(run: &[f64], wait: &[f64]) -> Vec<HostSample> {
+        (0..=10)
+            .map(|k| {
+                let f = k as f64 / 10.0;
+                HostSample {
+                    at_s: f,
+                    cpu_ns: run.iter().map(|r| (r * f * 1e9) as u64).collect(),
+                    wait_ns: wait.iter().map(|w| (w * f * 1e9) as u64).collect(),
+                    throttled: vec![None; run.len()],
+                    host_steal_ns: vec![0; 2],
+                    lab_threads_ns: 0,
+                }
+            })
+            .collect()
+    }
+
+    const TICK: u64 = 10_000_000;
+
+    #[test]
+    fn probe_errors_on_a_quiet_host_still_fail() {
+        // stacked-pair placement, the host quiet: the pair waits only for each other.
+        let states = [
+            VcpuState {
+                host_cpu: Some(0),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+        ];
+        let quiet = disturb::assess(
+            &states,
+            &host(&[0.98, 0.49, 0.49], &[0.01, 0.5, 0.5]),
+            0.0,
+            1.0,
+            TICK,
+        );
+        assert!(quiet.is_empty(), "{quiet:?}");
+        let wrong_group = [
+            item("stacking groups", false, true),
+            item("vCPU 0 straggler", true, true),
+        ];
+        assert_eq!(Verdict::of(&wrong_group, &quiet), Verdict::Fail);
+        let share_far_off = [
+            item("stacking groups", true, true),
+            item("vCPU 1 relative available share", false, true),
+        ];
+        assert_eq!(Verdict::of(&share_far_off, &quiet), Verdict::Fail);
+        // Items shown for information only do not decide.
+        let info_off = [
+            item("stacking groups", true, true),
+            item("vCPU 1 relative capacity", false, false),
+        ];
+        assert_eq!(Verdict::of(&info_off, &quiet), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_disturbed_host_makes_any_result_disturbed() {
+        let states = [
+            VcpuState {
+                host_cpu: Some(0),
+                bandwidth: None,
+            },
+            VcpuState {
+                host_cpu: Some(1),
+                bandwidth: None,
+            },
+        ];
+        // A hog beside vCPU 0 took half of host CPU 0.
+        let hog = disturb::assess(&states, &host(&[0.5, 0.98], &[0.49, 0.01]), 0.0, 1.0, TICK);
+        assert_eq!(hog.len(), 1, "{hog:?}");
+        let all_pass = [item("stacking groups", true, true)];
+        assert_eq!(Verdict::of(&all_pass, &hog), Verdict::Disturbed);
+        let failed = [item("stacking groups", false, true)];
+        assert_eq!(Verdict::of(&failed, &hog), Verdict::Disturbed);
+    }
 }

@@ -4,7 +4,7 @@
 //! (the format the kernel unpacks), uncompressed: it is built fresh for
 //! each run and never leaves the machine.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{LabError, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,7 +91,11 @@ fn libraries_of(binary: &Path) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
-        .context("running ldd (Debian package libc-bin) to find a binary's libraries")?;
+        .map_err(|source| LabError::StartTool {
+            what: "finding a binary's libraries with ldd (Debian package libc-bin)",
+            program: "ldd".into(),
+            source,
+        })?;
     let text = String::from_utf8_lossy(&out.stdout);
     if text.contains("not a dynamic executable") || text.contains("statically linked") {
         return Ok(Vec::new());
@@ -108,11 +112,10 @@ fn libraries_of(binary: &Path) -> Result<Vec<PathBuf>> {
             libs.push(PathBuf::from(p));
         }
         if line.contains("not found") {
-            bail!(
-                "{}: library missing on the host: {}",
-                binary.display(),
-                line.trim()
-            );
+            return Err(LabError::MissingLibrary {
+                binary: binary.to_path_buf(),
+                line: line.trim().to_string(),
+            });
         }
     }
     Ok(libs)
@@ -154,7 +157,7 @@ pub fn build(
     }
     let mut libs = BTreeSet::new();
     let mut add_binary = |cpio: &mut Cpio, src: &Path, name: &str| -> Result<()> {
-        let body = std::fs::read(src).with_context(|| format!("reading {}", src.display()))?;
+        let body = std::fs::read(src).map_err(LabError::io("reading", src))?;
         cpio.file(&format!("/bin/{name}"), 0o755, &body);
         libs.extend(libraries_of(src)?);
         Ok(())
@@ -162,15 +165,16 @@ pub fn build(
     add_binary(&mut cpio, busybox, "busybox")?;
     add_binary(&mut cpio, vsched, "vsched")?;
     for b in extra {
+        // Layout validation made sure it is a file, so it has a name.
         let name = b
             .file_name()
-            .context("extra binary without a file name")?
+            .unwrap_or(b.as_os_str())
             .to_string_lossy()
             .into_owned();
         add_binary(&mut cpio, b, &name)?;
     }
     for lib in &libs {
-        let body = std::fs::read(lib).with_context(|| format!("reading {}", lib.display()))?;
+        let body = std::fs::read(lib).map_err(LabError::io("reading", lib))?;
         cpio.file(&lib.to_string_lossy(), 0o755, &body);
     }
     cpio.file("/init", 0o755, init_script(commands).as_bytes());

@@ -1,7 +1,7 @@
 //! Guest kernel and busybox: found on the host or fetched from Debian's
 //! packages, cached under the user's cache directory.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{LabError, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,17 +14,31 @@ pub fn cache_dir() -> PathBuf {
     base.join("vsched").join("lab")
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
+fn run(cmd: &mut Command, what: &'static str) -> Result<String> {
+    let out = cmd.output().map_err(|source| LabError::StartTool {
+        what,
+        program: cmd.get_program().to_string_lossy().into_owned(),
+        source,
+    })?;
     if !out.status.success() {
-        bail!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        return Err(LabError::ToolFailed {
+            what,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// How to provide a guest kernel when fetching one failed.
+const KERNEL_HINT: &str =
+    "the lab needs a guest kernel: allow `apt-get download linux-image-cloud-amd64` \
+    (Debian/Ubuntu with package lists: run `apt-get update`), or pass --kernel PATH to a bzImage";
+
+fn need_kernel(source: LabError) -> LabError {
+    LabError::GuestKernel {
+        hint: KERNEL_HINT,
+        source: Box::new(source),
+    }
 }
 
 /// The guest kernel: `explicit` if given, else the cached Debian cloud
@@ -32,7 +46,9 @@ fn run(cmd: &mut Command, what: &str) -> Result<String> {
 pub fn guest_kernel(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         if !p.is_file() {
-            bail!("--kernel {}: no such file", p.display());
+            return Err(LabError::NoKernelFile {
+                path: p.to_path_buf(),
+            });
         }
         return Ok(p.to_path_buf());
     }
@@ -41,24 +57,26 @@ pub fn guest_kernel(explicit: Option<&Path>) -> Result<PathBuf> {
     if cached.is_file() {
         return Ok(cached);
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let hint = "the lab needs a guest kernel: allow `apt-get download linux-image-cloud-amd64` \
-                (Debian/Ubuntu with package lists: run `apt-get update`), or pass --kernel PATH to a bzImage";
+    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
     // The meta-package names the current versioned image package.
     let depends = run(
         Command::new("apt-cache").args(["depends", "linux-image-cloud-amd64"]),
         "apt-cache depends",
     )
-    .context(hint)?;
+    .map_err(need_kernel)?;
     let image = depends
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-"))
-        .with_context(|| format!("linux-image-cloud-amd64 names no image package; {hint}"))?
+        .ok_or_else(|| {
+            need_kernel(LabError::KernelPackage(
+                "linux-image-cloud-amd64 names no image package".into(),
+            ))
+        })?
         .to_string();
     let work = dir.join("download");
     let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&work).map_err(LabError::io("creating", &work))?;
     run(
         Command::new("apt-get")
             .arg("download")
@@ -66,28 +84,38 @@ pub fn guest_kernel(explicit: Option<&Path>) -> Result<PathBuf> {
             .current_dir(&work),
         "apt-get download",
     )
-    .context(hint)?;
-    let deb = std::fs::read_dir(&work)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    .map_err(need_kernel)?;
+    let deb = files_in(&work)?
+        .into_iter()
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download produced no .deb")?;
+        .ok_or_else(|| LabError::KernelPackage("apt-get download produced no .deb".into()))?;
     let extracted = work.join("x");
     run(
         Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&extracted),
         "dpkg-deb -x",
     )?;
-    let vmlinuz = std::fs::read_dir(extracted.join("boot"))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    let vmlinuz = files_in(&extracted.join("boot"))?
+        .into_iter()
         .find(|p| {
             p.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz"))
         })
-        .context("the kernel package holds no /boot/vmlinuz*")?;
-    std::fs::copy(&vmlinuz, dir.join("vmlinuz.tmp"))?;
-    std::fs::rename(dir.join("vmlinuz.tmp"), &cached)?;
-    std::fs::write(dir.join("vmlinuz.package"), &image)?;
+        .ok_or_else(|| {
+            LabError::KernelPackage("the kernel package holds no /boot/vmlinuz*".into())
+        })?;
+    let tmp = dir.join("vmlinuz.tmp");
+    std::fs::copy(&vmlinuz, &tmp).map_err(LabError::io("writing", &tmp))?;
+    std::fs::rename(&tmp, &cached).map_err(LabError::io("writing", &cached))?;
+    let package = dir.join("vmlinuz.package");
+    std::fs::write(&package, &image).map_err(LabError::io("writing", &package))?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(cached)
+}
+
+/// The entries of a directory.
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(LabError::io("reading directory", dir))?;
+    Ok(entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
 }
 
 /// A statically linked busybox (Debian package busybox-static).
@@ -98,7 +126,10 @@ pub fn busybox() -> Result<PathBuf> {
             return Ok(path.to_path_buf());
         }
     }
-    bail!("busybox is missing: install it with `apt-get install busybox-static`")
+    Err(LabError::MissingTool {
+        tool: "busybox",
+        install: "apt-get install busybox-static",
+    })
 }
 
 /// The QEMU system emulator for x86-64.
@@ -110,5 +141,8 @@ pub fn qemu() -> Result<PathBuf> {
             return Ok(candidate);
         }
     }
-    bail!("QEMU is missing: install it with `apt-get install qemu-system-x86`")
+    Err(LabError::MissingTool {
+        tool: "QEMU",
+        install: "apt-get install qemu-system-x86",
+    })
 }

@@ -5,6 +5,8 @@
 //! can drive it from Rust; `vsched lab` is its command-line face.
 
 pub mod check;
+pub mod disturb;
+pub mod error;
 pub mod host;
 pub mod initramfs;
 pub mod kernel;
@@ -13,5 +15,6 @@ pub mod qmp;
 pub mod run;
 pub mod truth;
 
+pub use error::{LabError, LayoutError};
 pub use layout::Layout;
 pub use run::{run, Accel, LabOptions, RunResult};

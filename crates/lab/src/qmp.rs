@@ -1,6 +1,6 @@
 //! Just enough of QEMU's machine protocol (QMP) to find vCPU threads.
 
-use anyhow::{bail, Context, Result};
+use crate::error::QmpError;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -14,18 +14,20 @@ pub struct Qmp {
 
 impl Qmp {
     /// Connects (retrying while QEMU creates the socket) and negotiates.
-    pub fn connect(socket: &Path, timeout: Duration) -> Result<Qmp> {
+    pub fn connect(socket: &Path, timeout: Duration) -> Result<Qmp, QmpError> {
         let deadline = Instant::now() + timeout;
         let stream = loop {
             match UnixStream::connect(socket) {
                 Ok(s) => break s,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
+                // QEMU creates the socket shortly after it starts.
+                Err(_) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                Err(e) => {
-                    return Err(e)
-                        .with_context(|| format!("connecting to QMP at {}", socket.display()))
+                Err(source) => {
+                    return Err(QmpError::Connect {
+                        socket: socket.to_path_buf(),
+                        source,
+                    })
                 }
             }
         };
@@ -36,22 +38,22 @@ impl Qmp {
         };
         let greeting = qmp.read_message()?;
         if greeting.get("QMP").is_none() {
-            bail!("unexpected QMP greeting: {greeting}");
+            return Err(QmpError::Greeting(greeting.to_string()));
         }
         qmp.execute("qmp_capabilities")?;
         Ok(qmp)
     }
 
-    fn read_message(&mut self) -> Result<Value> {
+    fn read_message(&mut self) -> Result<Value, QmpError> {
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
-            bail!("QMP connection closed");
+            return Err(QmpError::Closed);
         }
         Ok(serde_json::from_str(&line)?)
     }
 
     /// Runs a command and returns its "return" value (skipping events).
-    pub fn execute(&mut self, command: &str) -> Result<Value> {
+    pub fn execute(&mut self, command: &str) -> Result<Value, QmpError> {
         writeln!(self.writer, "{}", json!({ "execute": command }))?;
         loop {
             let msg = self.read_message()?;
@@ -59,27 +61,36 @@ impl Qmp {
                 return Ok(ret.clone());
             }
             if let Some(err) = msg.get("error") {
-                bail!("QMP {command}: {err}");
+                return Err(QmpError::Command {
+                    command: command.to_string(),
+                    error: err.to_string(),
+                });
             }
         }
     }
 
     /// Host thread id of each vCPU, indexed by vCPU number.
-    pub fn vcpu_threads(&mut self) -> Result<Vec<i32>> {
+    pub fn vcpu_threads(&mut self) -> Result<Vec<i32>, QmpError> {
         let cpus = self.execute("query-cpus-fast")?;
         parse_vcpu_threads(&cpus)
     }
 }
 
-pub fn parse_vcpu_threads(cpus: &Value) -> Result<Vec<i32>> {
+pub fn parse_vcpu_threads(cpus: &Value) -> Result<Vec<i32>, QmpError> {
     let list = cpus
         .as_array()
-        .context("query-cpus-fast did not return a list")?;
+        .ok_or(QmpError::Reply("did not return a list"))?;
     let mut threads = vec![0; list.len()];
     for c in list {
-        let idx = c["cpu-index"].as_u64().context("cpu-index missing")? as usize;
-        let tid = c["thread-id"].as_i64().context("thread-id missing")? as i32;
-        *threads.get_mut(idx).context("cpu-index out of range")? = tid;
+        let idx = c["cpu-index"]
+            .as_u64()
+            .ok_or(QmpError::Reply("cpu-index missing"))? as usize;
+        let tid = c["thread-id"]
+            .as_i64()
+            .ok_or(QmpError::Reply("thread-id missing"))? as i32;
+        *threads
+            .get_mut(idx)
+            .ok_or(QmpError::Reply("cpu-index out of range"))? = tid;
     }
     Ok(threads)
 }

@@ -5,12 +5,12 @@
 //! for a killed run, by the next run (`host::sweep_stale`) and QEMU's
 //! parent-death signal.
 
+use crate::error::{LabError, Result};
 use crate::host::{self, Bandwidth};
 use crate::initramfs::{self, MARK};
 use crate::kernel;
 use crate::layout::{Layout, VcpuState};
 use crate::qmp::Qmp;
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -71,8 +71,20 @@ pub struct HostSample {
     pub at_s: f64,
     /// Cumulative CPU time of each vCPU thread.
     pub cpu_ns: Vec<u64>,
+    /// Cumulative time each vCPU thread was runnable but waited for a host
+    /// CPU (its run delay; throttled time included).
+    #[serde(default)]
+    pub wait_ns: Vec<u64>,
     /// Per vCPU with a bandwidth cgroup: (times throttled, ns throttled).
     pub throttled: Vec<Option<(u64, u64)>>,
+    /// Cumulative steal time of each host CPU (/proc/stat), indexed by CPU
+    /// number: time this machine's own hypervisor took from it.
+    #[serde(default)]
+    pub host_steal_ns: Vec<u64>,
+    /// Cumulative CPU time of the lab's own threads: QEMU's other than the
+    /// vCPU threads (main loop, I/O) and this process's (sampler, console).
+    #[serde(default)]
+    pub lab_threads_ns: u64,
 }
 
 /// The vCPU threads' cumulative run time at one moment of the timeline.
@@ -106,7 +118,10 @@ fn sample_timeline(
         while !stop.load(Ordering::Relaxed) && out.len() < TIMELINE_MAX_SAMPLES {
             out.push(TimelineSample {
                 at_s: t0.elapsed().as_secs_f64(),
-                cpu_ns: tids.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
+                cpu_ns: tids
+                    .iter()
+                    .map(|&tid| thread_schedstat(pid, tid).0)
+                    .collect(),
             });
             std::thread::sleep(TIMELINE_EVERY);
         }
@@ -114,12 +129,64 @@ fn sample_timeline(
     })
 }
 
-/// Cumulative run time of a host thread (first field of its schedstat).
-fn thread_cpu_ns(pid: u32, tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+/// Cumulative run time and run delay (time runnable but waiting) of a host
+/// thread: the first two fields of its schedstat; zeros once it is gone.
+fn thread_schedstat(pid: u32, tid: i32) -> (u64, u64) {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|v| v.parse().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
+}
+
+/// Cumulative run time of the threads of process `pid`, leaving out `except`.
+fn process_cpu_ns(pid: u32, except: &[i32]) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|tid| !except.contains(tid))
+        .map(|tid| thread_schedstat(pid, tid).0)
+        .sum()
+}
+
+/// Cumulative steal time of each host CPU, indexed by CPU number (CPUs not
+/// listed read 0), from /proc/stat text.
+pub fn parse_steal_ns(proc_stat: &str, ns_per_tick: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for line in proc_stat.lines() {
+        let mut f = line.split_whitespace();
+        let Some(cpu) = f
+            .next()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        // cpuN user nice system idle iowait irq softirq steal ...
+        let steal: u64 = f.nth(7).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if out.len() <= cpu {
+            out.resize(cpu + 1, 0);
+        }
+        out[cpu] = steal * ns_per_tick;
+    }
+    out
+}
+
+/// /proc/stat counts in USER_HZ ticks: nanoseconds per tick.
+pub fn ns_per_user_tick() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // USER_HZ is 100 on every Linux architecture that matters here.
+    1_000_000_000 / if hz > 0 { hz as u64 } else { 100 }
+}
+
+fn host_steal_ns() -> Vec<u64> {
+    parse_steal_ns(
+        &std::fs::read_to_string("/proc/stat").unwrap_or_default(),
+        ns_per_user_tick(),
+    )
 }
 
 /// A started QEMU and what was created for it.
@@ -147,7 +214,7 @@ fn workdir() -> Result<PathBuf> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
     Ok(dir)
 }
 
@@ -227,17 +294,13 @@ pub fn run(
             Err(e) => return Err(e),
         }
     }
-    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no accelerator to try")))
+    // `order` is never empty: every accelerator choice lists one at least.
+    Err(last_err.expect("an accelerator was tried"))
 }
 
-#[derive(Debug)]
-struct BootTimeout(String);
-impl std::fmt::Display for BootTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for BootTimeout {}
+/// Console lines quoted in boot and run errors: enough for a kernel panic's
+/// message and its cause, short enough to read in a terminal.
+const CONSOLE_TAIL_LINES: usize = 20;
 
 fn tail(lines: &[String], n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -257,7 +320,7 @@ fn boot_and_run(
 ) -> Result<RunResult> {
     let dir = workdir()?;
     let initrd_path = dir.join("initrd.cpio");
-    std::fs::write(&initrd_path, initrd)?;
+    std::fs::write(&initrd_path, initrd).map_err(LabError::io("writing", &initrd_path))?;
     let qmp_path = dir.join("qmp.sock");
     let accel_arg = match accel {
         Accel::Kvm => "kvm".to_string(),
@@ -282,6 +345,9 @@ fn boot_and_run(
             "-append",
             "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
         ])
+        // Thread names ("CPU 1/TCG") make the vCPU threads easy to find in
+        // host-side tools (top -H, ftrace) when a run needs a closer look.
+        .args(["-name", "vsched-lab,debug-threads=on"])
         .args([
             "-nodefaults",
             "-no-reboot",
@@ -305,9 +371,10 @@ fn boot_and_run(
         });
     }
     let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", qemu.display()))?;
+    let child = cmd.spawn().map_err(|source| LabError::StartQemu {
+        qemu: qemu.to_path_buf(),
+        source,
+    })?;
     let mut guest = Guest {
         child,
         bandwidth: None,
@@ -334,18 +401,18 @@ fn boot_and_run(
     let mut qmp = Qmp::connect(&qmp_path, Duration::from_secs(10))?;
     let threads = qmp.vcpu_threads()?;
     if threads.len() != layout.vcpus as usize {
-        bail!(
-            "QEMU reports {} vCPUs, the layout wants {}",
-            threads.len(),
-            layout.vcpus
-        );
+        return Err(LabError::VcpuCount {
+            reported: threads.len(),
+            wanted: layout.vcpus,
+        });
     }
     if let Some(f) = flavor {
         guest.bandwidth = Some(Bandwidth::create(f, guest.child.id() as i32)?);
     }
     let all_cpus: Vec<u32> = vsched_model::cpulist::parse_cpu_list(
         &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into()),
-    )?;
+    )
+    .map_err(LabError::HostCpus)?;
     let apply = |guest: &mut Guest, states: &[VcpuState]| -> Result<()> {
         for (v, s) in states.iter().enumerate() {
             let tid = threads[v];
@@ -382,12 +449,21 @@ fn boot_and_run(
         }
     }
     let _stop_timeline = StopOnDrop(timeline_stop.clone());
-    let sample = |guest: &Guest, at_s: f64| HostSample {
-        at_s,
-        cpu_ns: threads.iter().map(|&tid| thread_cpu_ns(pid, tid)).collect(),
-        throttled: (0..threads.len() as u32)
-            .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
-            .collect(),
+    let sample = |guest: &Guest, at_s: f64| {
+        let (cpu_ns, wait_ns) = threads
+            .iter()
+            .map(|&tid| thread_schedstat(pid, tid))
+            .unzip();
+        HostSample {
+            at_s,
+            cpu_ns,
+            wait_ns,
+            throttled: (0..threads.len() as u32)
+                .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
+                .collect(),
+            host_steal_ns: host_steal_ns(),
+            lab_threads_ns: process_cpu_ns(pid, &threads) + process_cpu_ns(std::process::id(), &[]),
+        }
     };
     let mut command_ends_s = Vec::new();
     let mut last_sample = Instant::now();
@@ -396,7 +472,7 @@ fn boot_and_run(
     let mut done = false;
     while !done {
         if stop.load(Ordering::SeqCst) {
-            bail!("interrupted");
+            return Err(LabError::Interrupted);
         }
         // Phases are timed from the first command's start.
         if let Some(t0) = first_command {
@@ -413,30 +489,32 @@ fn boot_and_run(
         }
         let elapsed = started.elapsed();
         if boot_ms.is_none() && elapsed > boot_timeout {
-            return Err(anyhow::Error::new(BootTimeout(format!(
-                "the guest did not boot within {:.0} s ({accel_arg}); last console lines:\n{}",
-                boot_timeout.as_secs_f64(),
-                tail(&console, 20)
-            ))));
+            return Err(LabError::BootTimeout {
+                timeout_s: boot_timeout.as_secs_f64(),
+                accel: accel_arg,
+                console_tail: tail(&console, CONSOLE_TAIL_LINES),
+            });
         }
         if first_command.is_some_and(|t| t.elapsed() > run_timeout) {
-            bail!(
-                "the guest's commands did not finish within {:.0} s; last console lines:\n{}",
-                run_timeout.as_secs_f64(),
-                tail(&console, 20)
-            );
+            return Err(LabError::RunTimeout {
+                timeout_s: run_timeout.as_secs_f64(),
+                console_tail: tail(&console, CONSOLE_TAIL_LINES),
+            });
         }
         let line = match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(l) => l,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = guest.child.wait()?;
+                let status = guest
+                    .child
+                    .wait()
+                    .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
                 let err = stderr_text.join().unwrap_or_default();
-                bail!(
-                    "QEMU exited ({status}) before the guest finished; QEMU said: {}\nlast console lines:\n{}",
-                    err.trim(),
-                    tail(&console, 20)
-                );
+                return Err(LabError::QemuExited {
+                    status,
+                    stderr: err.trim().to_string(),
+                    console_tail: tail(&console, CONSOLE_TAIL_LINES),
+                });
             }
         };
         console.push(line.clone());
@@ -514,4 +592,24 @@ fn boot_and_run(
         command_ends_s,
         console: console.join("\n"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_per_host_cpu_from_proc_stat() {
+        let stat = "cpu  45959 0 6591 24739 502 0 71 108 0 0\n\
+                    cpu0 22472 0 2986 13406 74 0 7 47 0 0\n\
+                    cpu1 23486 0 3605 11332 427 0 63 61 0 0\n\
+                    intr 1 2 3\n";
+        assert_eq!(
+            parse_steal_ns(stat, 10_000_000),
+            vec![470_000_000, 610_000_000]
+        );
+        // A CPU missing from the list (offline) reads 0.
+        let gap = "cpu0 1 0 1 1 0 0 0 5 0 0\ncpu2 1 0 1 1 0 0 0 7 0 0\n";
+        assert_eq!(parse_steal_ns(gap, 1), vec![5, 0, 7]);
+    }
 }

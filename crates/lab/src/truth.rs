@@ -145,11 +145,17 @@ pub fn throttle_means_us(
 /// An interval between two samples is off when the thread ran for less than
 /// half of it; an episode is a run of off intervals, plus the idle part of
 /// the partly-on intervals on either side (where it began and ended).
-/// Episodes cut by the span's ends are left out.
+/// Episodes cut by the span's ends are left out, and so are episodes
+/// shorter than `min_episode_us`, the probe's own threshold: give it the
+/// one the probe used, so that both sides count the same episodes. With
+/// 1 ms samples an off period is certain to be seen only from 2 ms on (it
+/// then covers a whole interval): below that the timeline misses some
+/// (docs/lab.md), so a check should ask the probe for 2 ms or more.
 pub fn off_episode_means_us(
     timeline: &[TimelineSample],
     from_s: f64,
     to_s: f64,
+    min_episode_us: f64,
 ) -> Vec<Option<f64>> {
     let inside: Vec<&TimelineSample> = timeline
         .iter()
@@ -173,7 +179,7 @@ pub fn off_episode_means_us(
                     *open.get_or_insert(before) += idle;
                 } else {
                     if let Some(off) = open.take() {
-                        if !cut {
+                        if !cut && off + idle >= min_episode_us * 1e3 {
                             episodes.push(off + idle);
                         }
                     }
@@ -386,20 +392,25 @@ mod tests {
 
     #[test]
     fn off_episodes_from_the_run_time_timeline() {
-        let m = off_episode_means_us(&capped_timeline(usize::MAX), 0.0, 0.1);
+        let m = off_episode_means_us(&capped_timeline(usize::MAX), 0.0, 0.1, 200.0);
         assert_eq!(m[0], None, "a vCPU that always ran has no episode");
         let mean = m[1].unwrap();
         assert!((mean - 7000.0).abs() < 1.0, "{mean}");
         // A missed run window joins two episodes into one of 17 ms: the mean
         // over 8 complete episodes rises accordingly.
-        let mean = off_episode_means_us(&capped_timeline(4), 0.0, 0.1)[1].unwrap();
+        let mean = off_episode_means_us(&capped_timeline(4), 0.0, 0.1, 200.0)[1].unwrap();
         let expect = (7.0 * 7000.0 + 17000.0) / 8.0;
         assert!((mean - expect).abs() < 1.0, "{mean} vs {expect}");
+        // Episodes below the probe's threshold are left out, as the probe
+        // leaves them out: with 8 ms only the 17 ms one remains.
+        let mean = off_episode_means_us(&capped_timeline(4), 0.0, 0.1, 8000.0)[1].unwrap();
+        assert!((mean - 17000.0).abs() < 1.0, "{mean}");
         // Episodes cut by the span's ends are not counted.
-        let mean = off_episode_means_us(&capped_timeline(usize::MAX), 0.005, 0.1)[1].unwrap();
+        let mean =
+            off_episode_means_us(&capped_timeline(usize::MAX), 0.005, 0.1, 200.0)[1].unwrap();
         assert!((mean - 7000.0).abs() < 1.0, "{mean}");
         assert_eq!(
-            off_episode_means_us(&[], 0.0, 1.0),
+            off_episode_means_us(&[], 0.0, 1.0, 200.0),
             Vec::<Option<f64>>::new()
         );
     }
@@ -409,7 +420,10 @@ mod tests {
         let s = |at_s: f64, cpu_ns: Vec<u64>, thr: Option<(u64, u64)>| HostSample {
             at_s,
             cpu_ns,
+            wait_ns: vec![],
             throttled: vec![None, thr],
+            host_steal_ns: vec![],
+            lab_threads_ns: 0,
         };
         let samples = vec![
             s(0.0, vec![0, 0], Some((10, 70_000_000))),
