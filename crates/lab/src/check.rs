@@ -6,7 +6,7 @@
 use crate::disturb::{self, Disturbance};
 use crate::error::{CheckError, Result};
 use crate::layout::Layout;
-use crate::run::{self, LabOptions, RunResult};
+use crate::run::{self, CommandResult, LabOptions, RunResult};
 use crate::truth::{self, Item, Truth};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
@@ -101,6 +101,68 @@ fn initial_report<'a>(layout: &Layout, reports: &'a [ProbeReport]) -> &'a ProbeR
         .unwrap_or(&reports[0])
 }
 
+/// Host times (seconds since the first command) at which each report of a
+/// check command's output began to arrive: lines that open a top-level JSON
+/// object (a pretty report's first line, or a `--watch` report's only one).
+pub fn report_arrivals(cmd: &CommandResult) -> Vec<f64> {
+    cmd.output
+        .lines()
+        .zip(&cmd.line_at_s)
+        .filter(|(line, _)| line.starts_with('{'))
+        .map(|(_, &at)| at)
+        .collect()
+}
+
+/// Trimmed from a located light window's start: the window's end is
+/// placed to within the time the report takes to reach the host (a few
+/// ms), and where the window starts is a thread start-up less certain.
+const LOCATED_START_MARGIN_S: f64 = 0.1;
+/// Trimmed from its end.
+const LOCATED_END_MARGIN_S: f64 = 0.05;
+
+/// Where a one-shot probe's light window lay on the host's timeline. The
+/// probe prints its report as soon as the step ends, and the step ran the
+/// heavy window, then the light one, then the topology probe, so the light
+/// window ended `topology_ms` before the report arrived. Without an arrival
+/// time it is assumed to start right after the command did, which is late
+/// by however long the guest took to start the probe (0-0.7 s measured:
+/// the host's shares then include idle time of the vCPUs, docs/lab.md).
+pub fn light_window(report: &ProbeReport, arrived_s: Option<f64>, end_s: f64) -> (f64, f64) {
+    window_before(
+        ProbeWindows {
+            heavy_s: report.settings.heavy_ms / 1e3,
+            light_s: report.settings.light_ms / 1e3,
+            topology_s: report.timing.topology_ms / 1e3,
+        },
+        arrived_s,
+        end_s,
+    )
+}
+
+/// How long a one-shot probe's phases took, in the order it ran them.
+#[derive(Debug, Clone, Copy)]
+struct ProbeWindows {
+    heavy_s: f64,
+    light_s: f64,
+    topology_s: f64,
+}
+
+/// [`light_window`] from the probe's phase lengths.
+fn window_before(p: ProbeWindows, arrived_s: Option<f64>, end_s: f64) -> (f64, f64) {
+    let located = arrived_s.map(|at| {
+        let light_end = at - p.topology_s;
+        (
+            light_end - p.light_s + LOCATED_START_MARGIN_S,
+            light_end - LOCATED_END_MARGIN_S,
+        )
+    });
+    match located {
+        Some((from, to)) if from >= 0.0 && to > from => (from, to.min(end_s)),
+        // The old assumption, with margins for the start-up.
+        _ => (p.heavy_s + 0.25, (p.heavy_s + p.light_s - 0.05).min(end_s)),
+    }
+}
+
 /// The layout's truth for placement `phase`, with shares (and capacity) from
 /// the host's accounting over `shares_span` and episode means from the
 /// vCPU threads' run-time timeline (else the throttling statistics) over
@@ -162,18 +224,14 @@ pub fn check(
     let ratio = first.settings.straggler_ratio;
     let end = ran.command_ends_s.first().copied().unwrap_or(f64::MAX);
     let emulated = ran.accel.starts_with("tcg");
-    // One probe: the middle of its light window, which follows the heavy
-    // one; the command's start-up (when only the vCPU starting it is busy)
-    // takes up to a few hundred ms under emulation, hence the margins. With
-    // phases: each placement's span, 1.5-2 s clear of the change so the
-    // EMA has followed.
-    let heavy_s = first.settings.heavy_ms / 1e3;
-    let light_s = first.settings.light_ms / 1e3;
+    // One probe: its light window, located on the host's timeline from
+    // when its report arrived. With phases: each placement's span, 1.5-2 s
+    // clear of the change so the EMA has followed.
     // Episodes are timed over the same light window the probe timed them in.
     let (shares_span, episodes_span) = match layout.phases.first() {
         Some(p) => ((0.0, p.at_s - 1.5), (0.0, p.at_s)),
         None => {
-            let light = (heavy_s + 0.25, (heavy_s + light_s - 0.05).min(end));
+            let light = light_window(first, report_arrivals(cmd).first().copied(), end);
             (light, light)
         }
     };
@@ -293,6 +351,42 @@ mod tests {
     }
 
     const TICK: u64 = 10_000_000;
+
+    #[test]
+    fn the_light_window_is_placed_from_the_reports_arrival() {
+        let p = ProbeWindows {
+            heavy_s: 0.2,
+            light_s: 1.0,
+            topology_s: 0.4,
+        };
+        // The guest took 0.7 s to start the probe: heavy 0.7-0.9, light
+        // 0.9-1.9, topology 1.9-2.3, report at 2.3 s.
+        let (from, to) = window_before(p, Some(2.3), 2.5);
+        assert!(
+            (from - 1.0).abs() < 1e-9 && (to - 1.85).abs() < 1e-9,
+            "{from} {to}"
+        );
+        // No arrival time, or one that cannot be right: the old assumption.
+        assert_eq!(window_before(p, None, 2.5), (0.45, 1.15));
+        assert_eq!(window_before(p, Some(0.5), 2.5), (0.45, 1.15));
+    }
+
+    #[test]
+    fn reports_arrive_with_their_first_line() {
+        let pretty = CommandResult {
+            command: "vsched probe --json".into(),
+            exit_code: Some(0),
+            output: "note\n{\n  \"vcpus\": [\n    {\n    }\n  ]\n}".into(),
+            line_at_s: vec![0.1, 2.30, 2.31, 2.31, 2.32, 2.32, 2.33],
+        };
+        assert_eq!(report_arrivals(&pretty), vec![2.30]);
+        let watch = CommandResult {
+            output: "{\"sequence\":1}\n{\"sequence\":2}".into(),
+            line_at_s: vec![1.5, 2.5],
+            ..pretty
+        };
+        assert_eq!(report_arrivals(&watch), vec![1.5, 2.5]);
+    }
 
     #[test]
     fn probe_errors_on_a_quiet_host_still_fail() {

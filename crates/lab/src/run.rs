@@ -41,6 +41,11 @@ pub struct CommandResult {
     pub command: String,
     pub exit_code: Option<i32>,
     pub output: String,
+    /// When each line of `output` reached the host, in seconds since the
+    /// first command began: places what the guest reports on the host's
+    /// timeline (a probe prints its report as soon as it has it).
+    #[serde(skip)]
+    pub line_at_s: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -381,12 +386,16 @@ fn boot_and_run(
         workdir: dir,
     };
 
-    let (tx, rx) = mpsc::channel::<String>();
+    // Each console line with the moment it arrived.
+    let (tx, rx) = mpsc::channel::<(Instant, String)>();
     let stdout = guest.child.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if tx.send(line.trim_end_matches('\r').to_string()).is_err() {
+            if tx
+                .send((Instant::now(), line.trim_end_matches('\r').to_string()))
+                .is_err()
+            {
                 break;
             }
         }
@@ -468,7 +477,8 @@ fn boot_and_run(
     let mut command_ends_s = Vec::new();
     let mut last_sample = Instant::now();
     let mut results: Vec<CommandResult> = Vec::new();
-    let mut current: Option<(usize, Vec<String>)> = None;
+    // The command under way: its index, output lines and their arrival times.
+    let mut current: Option<(usize, Vec<String>, Vec<f64>)> = None;
     let mut done = false;
     while !done {
         if stop.load(Ordering::SeqCst) {
@@ -501,7 +511,7 @@ fn boot_and_run(
                 console_tail: tail(&console, CONSOLE_TAIL_LINES),
             });
         }
-        let line = match rx.recv_timeout(Duration::from_millis(20)) {
+        let (arrived, line) = match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(l) => l,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -518,16 +528,21 @@ fn boot_and_run(
             }
         };
         console.push(line.clone());
+        let arrived_s = first_command.map_or(0.0, |t0| {
+            arrived.saturating_duration_since(t0).as_secs_f64()
+        });
         let Some(at) = line.find(MARK) else {
-            if let Some((_, out)) = current.as_mut() {
+            if let Some((_, out, at_s)) = current.as_mut() {
                 out.push(line);
+                at_s.push(arrived_s);
             }
             continue;
         };
         // Output that did not end in a newline shares its last line with the marker.
         if at > 0 {
-            if let Some((_, out)) = current.as_mut() {
+            if let Some((_, out, at_s)) = current.as_mut() {
                 out.push(line[..at].to_string());
+                at_s.push(arrived_s);
             }
         }
         let rest = line[at + MARK.len()..].trim().to_string();
@@ -545,17 +560,17 @@ fn boot_and_run(
                     .and_then(|w| w.parse().ok())
                     .unwrap_or(results.len());
                 if first_command.is_none() {
-                    first_command = Some(Instant::now());
+                    first_command = Some(arrived);
                     timeline = Some(sample_timeline(
                         pid,
                         threads.clone(),
-                        Instant::now(),
+                        arrived,
                         timeline_stop.clone(),
                     ));
                     last_sample = Instant::now();
-                    host_samples.push(sample(&guest, 0.0));
+                    host_samples.push(sample(&guest, arrived.elapsed().as_secs_f64()));
                 }
-                current = Some((i, Vec::new()));
+                current = Some((i, Vec::new(), Vec::new()));
             }
             Some("END") => {
                 let code = words.nth(1).and_then(|w| w.parse().ok());
@@ -564,11 +579,12 @@ fn boot_and_run(
                     host_samples.push(sample(&guest, now));
                     command_ends_s.push(now);
                 }
-                if let Some((i, out)) = current.take() {
+                if let Some((i, out, line_at_s)) = current.take() {
                     results.push(CommandResult {
                         command: commands.get(i).cloned().unwrap_or_default(),
                         exit_code: code,
                         output: out.join("\n"),
+                        line_at_s,
                     });
                 }
             }
