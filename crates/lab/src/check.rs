@@ -3,7 +3,7 @@
 //! scored against the initial placement and the last against the final one
 //! (the check command should then be a `vsched probe --watch`).
 
-use crate::disturb::{self, Disturbance};
+use crate::disturb::{self, Evidence};
 use crate::error::{CheckError, Result};
 use crate::layout::Layout;
 use crate::run::{self, CommandResult, LabOptions, RunResult};
@@ -40,10 +40,7 @@ pub enum Verdict {
 impl Verdict {
     /// Disturbance decides first: on a disturbed host a pass is as much
     /// luck as a failure. Without it, any scored item out of tolerance fails.
-    pub fn of<'a>(
-        items: impl IntoIterator<Item = &'a Item>,
-        disturbances: &[Disturbance],
-    ) -> Verdict {
+    pub fn of<'a>(items: impl IntoIterator<Item = &'a Item>, disturbances: &[Evidence]) -> Verdict {
         if !disturbances.is_empty() {
             Verdict::Disturbed
         } else if items.into_iter().all(|i| i.pass || !i.scored) {
@@ -54,8 +51,8 @@ impl Verdict {
     }
 }
 
-/// Version of the check's JSON: 2 added `verdict` and `disturbances` (and
-/// `pass` became false for a disturbed run).
+/// Version of the check's JSON: 2 added `verdict`, `host_evidence` and
+/// `disturbances` (and `pass` became false for a disturbed run).
 pub const SCHEMA: &str = "vsched.lab-check/v2";
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,8 +66,11 @@ pub struct CheckResult {
     pub verdict: Verdict,
     /// True exactly when the verdict is pass.
     pub pass: bool,
-    /// Host-side evidence that the run was disturbed (empty: it was not).
-    pub disturbances: Vec<Disturbance>,
+    /// Host steal of each host CPU the vCPUs use and unexplained waiting of
+    /// each vCPU, against their limits (see `disturb`).
+    pub host_evidence: Vec<Evidence>,
+    /// The evidence beyond its limit (empty: the run was not disturbed).
+    pub disturbances: Vec<Evidence>,
 }
 
 /// Probe reports in a command's output: one pretty object, or one per line.
@@ -275,7 +275,8 @@ pub fn check(
             report: last.clone(),
         });
     }
-    let disturbances = disturbances(layout, &ran, end);
+    let host_evidence = host_evidence(layout, &ran, end);
+    let disturbances = disturb::disturbances(&host_evidence);
     let verdict = Verdict::of(scored.iter().flat_map(|s| &s.items), &disturbances);
     Ok((
         CheckResult {
@@ -287,16 +288,17 @@ pub fn check(
             scored,
             verdict,
             pass: verdict == Verdict::Pass,
+            host_evidence,
             disturbances,
         },
         ran,
     ))
 }
 
-/// Disturbances over the whole check command (up to `end` s): its topology
-/// probe decides the stacking item, its capacity windows the rest. With
-/// phases, each placement is assessed over its own part.
-fn disturbances(layout: &Layout, ran: &RunResult, end: f64) -> Vec<Disturbance> {
+/// Disturbance evidence over the whole check command (up to `end` s): its
+/// topology probe decides the stacking item, its capacity windows the rest.
+/// With phases, each placement is assessed over its own part.
+fn host_evidence(layout: &Layout, ran: &RunResult, end: f64) -> Vec<Evidence> {
     let tick_ns = run::ns_per_user_tick();
     let mut bounds = vec![0.0];
     bounds.extend(ran.phases_applied_s.iter().copied());
@@ -405,13 +407,13 @@ mod tests {
                 bandwidth: None,
             },
         ];
-        let quiet = disturb::assess(
+        let quiet = disturb::disturbances(&disturb::assess(
             &states,
             &host(&[0.98, 0.49, 0.49], &[0.01, 0.5, 0.5]),
             0.0,
             1.0,
             TICK,
-        );
+        ));
         assert!(quiet.is_empty(), "{quiet:?}");
         let wrong_group = [
             item("stacking groups", false, true),
@@ -444,7 +446,13 @@ mod tests {
             },
         ];
         // A hog beside vCPU 0 took half of host CPU 0.
-        let hog = disturb::assess(&states, &host(&[0.5, 0.98], &[0.49, 0.01]), 0.0, 1.0, TICK);
+        let hog = disturb::disturbances(&disturb::assess(
+            &states,
+            &host(&[0.5, 0.98], &[0.49, 0.01]),
+            0.0,
+            1.0,
+            TICK,
+        ));
         assert_eq!(hog.len(), 1, "{hog:?}");
         let all_pass = [item("stacking groups", true, true)];
         assert_eq!(Verdict::of(&all_pass, &hog), Verdict::Disturbed);

@@ -42,9 +42,10 @@ pub const STEAL_LIMIT: f64 = 0.02;
 /// limit must stay well under.
 pub const WAIT_LIMIT: f64 = 0.05;
 
-/// One piece of evidence that a run was disturbed.
+/// One measure of outside disturbance: a host CPU's steal or a vCPU's
+/// unexplained waiting, against its limit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Disturbance {
+pub struct Evidence {
     /// "host_steal" or "waited_for_cpu".
     pub kind: String,
     /// The host CPU the steal was on (host_steal).
@@ -57,6 +58,8 @@ pub struct Disturbance {
     /// Share of the span, in percent.
     pub measured_pct: f64,
     pub limit_pct: f64,
+    /// Beyond the limit: the run was disturbed.
+    pub disturbed: bool,
     /// What happened, with the numbers, for people.
     pub description: String,
 }
@@ -75,8 +78,9 @@ fn delta(a: &[u64], b: &[u64], i: usize) -> Option<u64> {
     Some(b.get(i)?.saturating_sub(*a.get(i)?))
 }
 
-/// Disturbances between `from_s` and `to_s` of a run whose vCPUs were placed
-/// as `states`. `tick_ns` is the steal counter's unit (USER_HZ): a
+/// Steal of every host CPU the vCPUs use and unexplained waiting of every
+/// vCPU between `from_s` and `to_s` of a run whose vCPUs were placed as
+/// `states`, each against its limit. `tick_ns` is the steal counter's unit (USER_HZ): a
 /// difference of one tick may be pure quantisation, so only ticks beyond it
 /// count.
 pub fn assess(
@@ -85,7 +89,7 @@ pub fn assess(
     from_s: f64,
     to_s: f64,
     tick_ns: u64,
-) -> Vec<Disturbance> {
+) -> Vec<Evidence> {
     let Some((first, last)) = span(samples, from_s, to_s) else {
         return Vec::new();
     };
@@ -98,59 +102,68 @@ pub fn assess(
             continue;
         };
         let frac = stolen.saturating_sub(tick_ns) as f64 / span_ns;
-        if frac > STEAL_LIMIT {
-            found.push(Disturbance {
-                kind: "host_steal".into(),
-                host_cpu: Some(host_cpu),
-                vcpu: None,
-                from_s,
-                to_s,
-                measured_pct: pct(frac),
-                limit_pct: pct(STEAL_LIMIT),
-                description: format!(
-                    "this machine's hypervisor took {:.1}% of host CPU {host_cpu} \
-                     ({:.0} ms of steal in /proc/stat over {from_s:.1}-{to_s:.1} s; limit {:.0}%)",
-                    pct(frac),
-                    stolen as f64 / 1e6,
-                    pct(STEAL_LIMIT)
-                ),
-            });
-        }
+        found.push(Evidence {
+            kind: "host_steal".into(),
+            host_cpu: Some(host_cpu),
+            vcpu: None,
+            from_s,
+            to_s,
+            measured_pct: pct(frac),
+            limit_pct: pct(STEAL_LIMIT),
+            disturbed: frac > STEAL_LIMIT,
+            description: format!(
+                "this machine's hypervisor took {:.1}% of host CPU {host_cpu} \
+                 ({:.0} ms of steal in /proc/stat over {from_s:.1}-{to_s:.1} s, one tick \
+                 discounted; limit {:.0}%)",
+                pct(frac),
+                stolen as f64 / 1e6,
+                pct(STEAL_LIMIT)
+            ),
+        });
     }
     for (v, state) in states.iter().enumerate() {
         let Some(wait) = unexplained_wait(states, first, last, v) else {
             continue;
         };
         let frac = wait.unexplained_ns / span_ns;
-        if frac > WAIT_LIMIT {
-            let place = match state.host_cpu {
-                Some(h) => format!("host CPU {h}"),
-                None => "any host CPU".to_string(),
-            };
-            found.push(Disturbance {
-                kind: "waited_for_cpu".into(),
-                host_cpu: state.host_cpu,
-                vcpu: Some(v as u32),
-                from_s,
-                to_s,
-                measured_pct: pct(frac),
-                limit_pct: pct(WAIT_LIMIT),
-                description: format!(
-                    "vCPU {v} waited {:.1}% of {from_s:.1}-{to_s:.1} s for {place} beyond what \
-                     its layout explains (run delay {:.1}%, of which its cap throttled {:.1}%, \
-                     stacked vCPUs ran {:.1}% and the lab's own threads {:.1}%; limit {:.0}%): \
-                     another task competed for {place}",
-                    pct(frac),
-                    pct(wait.run_delay_ns / span_ns),
-                    pct(wait.throttled_ns / span_ns),
-                    pct(wait.siblings_ran_ns / span_ns),
-                    pct(wait.lab_ran_ns / span_ns),
-                    pct(WAIT_LIMIT)
-                ),
-            });
-        }
+        let place = match state.host_cpu {
+            Some(h) => format!("host CPU {h}"),
+            None => "any host CPU".to_string(),
+        };
+        let disturbed = frac > WAIT_LIMIT;
+        found.push(Evidence {
+            kind: "waited_for_cpu".into(),
+            host_cpu: state.host_cpu,
+            vcpu: Some(v as u32),
+            from_s,
+            to_s,
+            measured_pct: pct(frac),
+            limit_pct: pct(WAIT_LIMIT),
+            disturbed,
+            description: format!(
+                "vCPU {v} waited {:.1}% of {from_s:.1}-{to_s:.1} s for {place} beyond what \
+                 its layout explains (run delay {:.1}%, of which its cap throttled {:.1}%, \
+                 stacked vCPUs ran {:.1}% and the lab's own threads {:.1}%; limit {:.0}%){}",
+                pct(frac),
+                pct(wait.run_delay_ns / span_ns),
+                pct(wait.throttled_ns / span_ns),
+                pct(wait.siblings_ran_ns / span_ns),
+                pct(wait.lab_ran_ns / span_ns),
+                pct(WAIT_LIMIT),
+                if disturbed {
+                    format!(": another task competed for {place}")
+                } else {
+                    String::new()
+                }
+            ),
+        });
     }
     found
+}
+
+/// The evidence beyond its limit.
+pub fn disturbances(evidence: &[Evidence]) -> Vec<Evidence> {
+    evidence.iter().filter(|e| e.disturbed).cloned().collect()
 }
 
 /// Host CPUs the layout's vCPUs run on: their pinned CPUs, or every CPU
@@ -264,14 +277,29 @@ mod tests {
         // more for the CPU after each throttling.
         let states = [pinned(0, None), pinned(1, Some((3000, 10000)))];
         let s = samples(&[0.98, 0.30], &[0.01, 0.70], &[None, Some(0.69)], &[0, 1]);
-        assert_eq!(assess(&states, &s, 0.0, 1.0, TICK), vec![]);
+        let evidence = assess(&states, &s, 0.0, 1.0, TICK);
+        let measured: Vec<_> = evidence
+            .iter()
+            .map(|e| (e.kind.as_str(), e.measured_pct, e.disturbed))
+            .collect();
+        assert_eq!(
+            measured,
+            [
+                ("host_steal", 0.0, false),
+                ("host_steal", 0.0, false),
+                ("waited_for_cpu", 1.0, false),
+                ("waited_for_cpu", 1.0, false),
+            ],
+            "every host CPU and vCPU is measured, within its limit"
+        );
+        assert_eq!(disturbances(&evidence), vec![]);
     }
 
     #[test]
     fn a_hog_beside_a_free_vcpu_is_a_disturbance_with_its_numbers() {
         let states = [pinned(0, None), pinned(1, Some((3000, 10000)))];
         let s = samples(&[0.52, 0.30], &[0.47, 0.70], &[None, Some(0.69)], &[0, 0]);
-        let d = assess(&states, &s, 0.0, 1.0, TICK);
+        let d = disturbances(&assess(&states, &s, 0.0, 1.0, TICK));
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(
             (d[0].kind.as_str(), d[0].vcpu, d[0].host_cpu),
@@ -297,7 +325,7 @@ mod tests {
         // A hog on host CPU 1 delays vCPU 1 after each throttling: it waits
         // 30% longer than it was throttled.
         let s = samples(&[0.98, 0.30], &[0.01, 0.99], &[None, Some(0.69)], &[0, 0]);
-        let d = assess(&states, &s, 0.0, 1.0, TICK);
+        let d = disturbances(&assess(&states, &s, 0.0, 1.0, TICK));
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].vcpu, Some(1));
         assert_eq!(d[0].measured_pct, 30.0);
@@ -318,12 +346,12 @@ mod tests {
         for (k, x) in s.iter_mut().enumerate() {
             x.lab_threads_ns = k as u64 * 7_000_000;
         }
-        assert_eq!(assess(&states, &s, 0.0, 1.0, TICK), vec![]);
+        assert_eq!(disturbances(&assess(&states, &s, 0.0, 1.0, TICK)), vec![]);
         // Without the lab's threads to explain it, the same wait is too much.
         for x in &mut s {
             x.lab_threads_ns = 0;
         }
-        assert_eq!(assess(&states, &s, 0.0, 1.0, TICK).len(), 1);
+        assert_eq!(disturbances(&assess(&states, &s, 0.0, 1.0, TICK)).len(), 1);
     }
 
     #[test]
@@ -335,7 +363,10 @@ mod tests {
             &[None; 3],
             &[0, 0],
         );
-        assert_eq!(assess(&states, &quiet, 0.0, 1.0, TICK), vec![]);
+        assert_eq!(
+            disturbances(&assess(&states, &quiet, 0.0, 1.0, TICK)),
+            vec![]
+        );
         // A third task on host CPU 1 takes a third of it from the pair.
         let hog = samples(
             &[0.98, 0.33, 0.33],
@@ -343,7 +374,7 @@ mod tests {
             &[None; 3],
             &[0, 0],
         );
-        let d = assess(&states, &hog, 0.0, 1.0, TICK);
+        let d = disturbances(&assess(&states, &hog, 0.0, 1.0, TICK));
         let vcpus: Vec<_> = d.iter().map(|d| d.vcpu).collect();
         assert_eq!(vcpus, [Some(1), Some(2)], "{d:?}");
         assert_eq!(d[0].measured_pct, 33.0);
@@ -354,7 +385,7 @@ mod tests {
         let states = [pinned(0, None), pinned(1, None)];
         // One tick in a second is quantisation; five ticks (40 ms beyond it) are 4%.
         let s = samples(&[0.98, 0.98], &[0.01, 0.01], &[None, None], &[1, 5, 9]);
-        let d = assess(&states, &s, 0.0, 1.0, TICK);
+        let d = disturbances(&assess(&states, &s, 0.0, 1.0, TICK));
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!((d[0].kind.as_str(), d[0].host_cpu), ("host_steal", Some(1)));
         assert_eq!(d[0].measured_pct, 4.0);
@@ -366,7 +397,7 @@ mod tests {
         // Host CPU 2 runs no vCPU: its steal does not matter; a floating vCPU
         // can run anywhere, so then it does.
         let floating = [pinned(0, None), VcpuState::default()];
-        let cpus: Vec<_> = assess(&floating, &s, 0.0, 1.0, TICK)
+        let cpus: Vec<_> = disturbances(&assess(&floating, &s, 0.0, 1.0, TICK))
             .iter()
             .map(|d| d.host_cpu)
             .collect();
