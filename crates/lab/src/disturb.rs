@@ -27,6 +27,7 @@
 
 use crate::layout::VcpuState;
 use crate::run::HostSample;
+use crate::truth::span;
 use serde::Serialize;
 
 /// Host steal on a host CPU running vCPUs above this share of the span
@@ -62,16 +63,6 @@ pub struct Evidence {
     pub disturbed: bool,
     /// What happened, with the numbers, for people.
     pub description: String,
-}
-
-/// First and last sample within [from_s, to_s], if they are apart.
-fn span(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<(&HostSample, &HostSample)> {
-    let mut inside = samples
-        .iter()
-        .filter(|s| s.at_s >= from_s && s.at_s <= to_s);
-    let first = inside.next()?;
-    let last = inside.next_back()?;
-    (last.at_s > first.at_s).then_some((first, last))
 }
 
 fn delta(a: &[u64], b: &[u64], i: usize) -> Option<u64> {
