@@ -80,7 +80,10 @@ fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
     Ok((layout, opts))
 }
 
-pub fn run(cmd: LabCommand) -> Result<bool> {
+/// Runs a lab command; returns the exit status: 0 the commands succeeded or
+/// the check passed, 1 a command or the check failed, [`EXIT_DISTURBED`]
+/// the check was disturbed (errors become 2 in `main`).
+pub fn run(cmd: LabCommand) -> Result<u8> {
     match cmd {
         LabCommand::Run(args) => {
             let (layout, opts) = prepare(&args.common)?;
@@ -110,7 +113,7 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
                     r.layout, r.boot_ms, r.accel
                 );
             }
-            Ok(r.commands.iter().all(|c| c.exit_code == Some(0)))
+            Ok(u8::from(!r.commands.iter().all(|c| c.exit_code == Some(0))))
         }
         LabCommand::Check(common) => {
             let (layout, opts) = prepare(&common)?;
@@ -124,10 +127,11 @@ pub fn run(cmd: LabCommand) -> Result<bool> {
                 }
                 print!("{}", render(&result));
             }
-            if result.verdict == Verdict::Disturbed {
-                exit_disturbed();
-            }
-            Ok(result.pass)
+            Ok(match result.verdict {
+                Verdict::Pass => 0,
+                Verdict::Fail => 1,
+                Verdict::Disturbed => EXIT_DISTURBED,
+            })
         }
     }
 }
@@ -177,13 +181,4 @@ fn render(r: &CheckResult) -> String {
 }
 
 /// Exit status of a disturbed check (0 pass, 1 fail, 2 could not run).
-const EXIT_DISTURBED: i32 = 3;
-
-/// Ends the process with [`EXIT_DISTURBED`]. `main` maps this command's
-/// `Ok(bool)` to 0 or 1 only; a third verdict needs its own status, and
-/// everything the run created is already gone by the time a verdict exists.
-fn exit_disturbed() -> ! {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    std::process::exit(EXIT_DISTURBED)
-}
+const EXIT_DISTURBED: u8 = 3;

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Probe(args) => probe_cmd::run(args).map(|()| true),
-        Command::Lab(cmd) => lab_cmd::run(cmd),
+        Command::Lab(cmd) => return program_exit(lab_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
