@@ -20,8 +20,7 @@ const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 fn zoo() -> &'static str {
     static ZOO: OnceLock<String> = OnceLock::new();
     ZOO.get_or_init(|| {
-        let path =
-            vsched_zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
+        let path = vsched_zoo::exe::beside(Path::new(VSCHED)).unwrap_or_else(|e| panic!("{e}"));
         path.to_str().expect("a UTF-8 target directory").to_owned()
     })
 }

@@ -101,7 +101,11 @@ pub fn host_shares(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<Vec
 }
 
 /// First and last sample within [from_s, to_s], if they are apart.
-pub(crate) fn span(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<(&HostSample, &HostSample)> {
+pub(crate) fn span(
+    samples: &[HostSample],
+    from_s: f64,
+    to_s: f64,
+) -> Option<(&HostSample, &HostSample)> {
     let mut inside = samples
         .iter()
         .filter(|s| s.at_s >= from_s && s.at_s <= to_s);

@@ -304,7 +304,9 @@ fn name_levels(clusters: &[Vec<((u32, u32), f64)>], p: &TopologyParams) -> Vec<R
     if clusters.is_empty() {
         return Vec::new();
     }
-    let first_median = upper_median(&clusters[0]).expect("a cluster is never empty").1;
+    let first_median = upper_median(&clusters[0])
+        .expect("a cluster is never empty")
+        .1;
     let smt_first = first_median < p.smt_anchor_ns;
     let mut names = Vec::with_capacity(clusters.len());
     if smt_first {

@@ -75,7 +75,13 @@ impl Loadavg {
         // SAFETY: `buf` is writable for the length passed; a stale or bad
         // fd only makes the call fail.
         let n = unsafe {
-            libc::syscall(libc::SYS_pread64, self.fd, buf.as_mut_ptr(), buf.len(), 0i64)
+            libc::syscall(
+                libc::SYS_pread64,
+                self.fd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                0i64,
+            )
         };
         if n <= 0 {
             return None;

@@ -111,7 +111,6 @@ pub fn set_or_plain(tid: i32, attr: &SchedAttr) -> io::Result<()> {
     }
 }
 
-
 /// Sets the calling thread's class and real-time priority (sched_setscheduler).
 pub fn set_scheduler(policy: libc::c_int, priority: libc::c_int) -> io::Result<()> {
     let param = libc::sched_param {

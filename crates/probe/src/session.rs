@@ -2,13 +2,13 @@
 //! into reports. A one-shot probe is one step; `--watch` is a series of
 //! steps sharing smoothed state (EMA) and the last known topology.
 
-use vsched_os::clock;
 use crate::vcap::{self, SampleConfig};
 use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use vsched_model::capacity::{VcpuEstimate, VcpuSample};
 use vsched_model::report::{self, Overhead, ProbeReport, Settings, Timing, TopologyReport};
 use vsched_model::{EpisodeFilter, Timeline, Topology};
+use vsched_os::clock;
 
 /// What to measure and how.
 #[derive(Debug, Clone)]

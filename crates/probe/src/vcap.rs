@@ -7,7 +7,6 @@
 //! unprivileged thread may lower its priority but not raise it again.
 
 use crate::sys::{self, Policy, SchedStat};
-use vsched_os::{affinity, clock};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -15,6 +14,7 @@ use std::time::Duration;
 use vsched_model::stats::upper_median;
 use vsched_model::timeline::SPEED_CHUNK_NS;
 use vsched_model::{Gap, Phase, Timeline};
+use vsched_os::{affinity, clock};
 
 /// Settings of one sampling round.
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +130,11 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) 
 }
 
 fn can_pin(cpu: u32) -> std::io::Result<()> {
-    thread::scope(|s| s.spawn(|| affinity::pin_current_thread(cpu)).join().unwrap())
+    thread::scope(|s| {
+        s.spawn(|| affinity::pin_current_thread(cpu))
+            .join()
+            .unwrap()
+    })
 }
 
 fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {

@@ -7,7 +7,6 @@
 //! vCPUs ever ran at the same time (stacked vCPUs cannot).
 
 use crate::sys::{self, Policy};
-use vsched_os::{affinity, clock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -15,6 +14,7 @@ use std::thread;
 use vsched_model::topology::{
     self, implied_by, PairProbe, Topology, TopologyParams, FAST_TRANSFER_NS,
 };
+use vsched_os::{affinity, clock};
 
 /// Settings of pair probing.
 #[derive(Debug, Clone, Copy)]
