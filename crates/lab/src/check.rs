@@ -390,23 +390,21 @@ mod tests {
         assert_eq!(report_arrivals(&watch), vec![1.5, 2.5]);
     }
 
+    /// vCPUs pinned to these host CPUs, uncapped.
+    fn pinned(host_cpus: &[u32]) -> Vec<VcpuState> {
+        host_cpus
+            .iter()
+            .map(|&c| VcpuState {
+                host_cpu: Some(c),
+                bandwidth: None,
+            })
+            .collect()
+    }
+
     #[test]
     fn probe_errors_on_a_quiet_host_still_fail() {
         // stacked-pair placement, the host quiet: the pair waits only for each other.
-        let states = [
-            VcpuState {
-                host_cpu: Some(0),
-                bandwidth: None,
-            },
-            VcpuState {
-                host_cpu: Some(1),
-                bandwidth: None,
-            },
-            VcpuState {
-                host_cpu: Some(1),
-                bandwidth: None,
-            },
-        ];
+        let states = pinned(&[0, 1, 1]);
         let quiet = disturb::disturbances(&disturb::assess(
             &states,
             &host(&[0.98, 0.49, 0.49], &[0.01, 0.5, 0.5]),
@@ -435,16 +433,7 @@ mod tests {
 
     #[test]
     fn a_disturbed_host_makes_any_result_disturbed() {
-        let states = [
-            VcpuState {
-                host_cpu: Some(0),
-                bandwidth: None,
-            },
-            VcpuState {
-                host_cpu: Some(1),
-                bandwidth: None,
-            },
-        ];
+        let states = pinned(&[0, 1]);
         // A hog beside vCPU 0 took half of host CPU 0.
         let hog = disturb::disturbances(&disturb::assess(
             &states,
