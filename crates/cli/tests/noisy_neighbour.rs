@@ -45,11 +45,51 @@ fn steal_ticks() -> Vec<u64> {
         .collect()
 }
 
+/// What the host did to the vCPUs during a probe, besides the neighbour.
+enum HostNoise {
+    /// Nothing beyond the limits: the measurement stands.
+    Quiet,
+    /// The measurement is void; why.
+    Disturbed(String),
+}
+
 /// The truth this test creates holds only if the host itself takes nothing
-/// from the vCPUs meanwhile, which a shared host does not promise. A probe
-/// during which the kernel counted steal time on any vCPU (more than 2% of
-/// the window) is void and repeated, at most three times.
-fn probe_without_host_steal(busy: u32, on_ms: u64, period_ms: u64) -> Value {
+/// from the vCPUs meanwhile, which a shared host does not promise. Two signs
+/// that it did: steal time the kernel counted on any vCPU (more than 2% of
+/// the window), or the vCPU the neighbour leaves alone losing more than 20%
+/// in short episodes only. Short, because an episode as long as half the
+/// neighbour's on-time on that vCPU would be the probe seeing the neighbour
+/// in the wrong place: a failure, never noise (`check` asserts it).
+/// Measured on this kind of machine: with a neighbour spinning on one vCPU
+/// the host sometimes takes 0.3-0.4 ms slices of the other (reported as
+/// hidden steal, not as steal).
+fn host_noise(r: &Value, stolen_ticks: u64, window_ticks: f64, busy: u32, on_ms: u64) -> HostNoise {
+    if (stolen_ticks as f64) > 0.02 * window_ticks {
+        return HostNoise::Disturbed(format!(
+            "the host stole {stolen_ticks} of {window_ticks:.0} ticks from a vCPU"
+        ));
+    }
+    for v in r["vcpus"].as_array().unwrap() {
+        let cpu = v["cpu"].as_u64().unwrap() as u32;
+        let avail = v["available_pct"].as_f64().unwrap();
+        let longest_us = v["episodes"]["max_us"].as_f64().unwrap();
+        if cpu != busy && avail < FREE_VCPU_MIN_AVAIL_PCT && longest_us < on_ms as f64 * 500.0 {
+            return HostNoise::Disturbed(format!(
+                "the host took {:.1}% of vCPU {cpu} in short episodes (longest {longest_us:.0} us)",
+                100.0 - avail
+            ));
+        }
+    }
+    HostNoise::Quiet
+}
+
+/// The vCPU the neighbour leaves alone must read at least this available:
+/// the probe's own threads and the test's take a few percent.
+const FREE_VCPU_MIN_AVAIL_PCT: f64 = 80.0;
+
+/// A probe under a quiet host, measured again (at most three times in all)
+/// while [`host_noise`] says the host disturbed it.
+fn probe_on_quiet_host(busy: u32, on_ms: u64, period_ms: u64) -> Value {
     let ticks_per_s = 100.0; // USER_HZ
     for attempt in 1..=3 {
         let before = steal_ticks();
@@ -62,21 +102,21 @@ fn probe_without_host_steal(busy: u32, on_ms: u64, period_ms: u64) -> Value {
             .map(|(a, b)| a - b)
             .max()
             .unwrap_or(0);
-        if (stolen as f64) <= 0.02 * window_ticks {
-            return r;
+        match host_noise(&r, stolen, window_ticks, busy, on_ms) {
+            HostNoise::Quiet => return r,
+            HostNoise::Disturbed(why) => {
+                eprintln!("attempt {attempt}: {why}; measuring again")
+            }
         }
-        eprintln!(
-            "attempt {attempt}: the host stole {stolen} of {window_ticks:.0} ticks from a vCPU; measuring again"
-        );
     }
-    panic!("the host stole time from the vCPUs during every attempt: no clean measurement possible now");
+    panic!("the host disturbed the vCPUs during every attempt: no clean measurement possible now");
 }
 
 fn check(on_ms: u64, period_ms: u64) {
     let cpus = online_cpus();
     assert!(cpus.len() >= 2, "needs two vCPUs");
     let busy = *cpus.last().unwrap();
-    let r = probe_without_host_steal(busy, on_ms, period_ms);
+    let r = probe_on_quiet_host(busy, on_ms, period_ms);
     let truth_avail = 100.0 * (1.0 - on_ms as f64 / period_ms as f64);
     let truth_episode_us = on_ms as f64 * 1000.0;
     for v in r["vcpus"].as_array().unwrap() {
@@ -95,12 +135,15 @@ fn check(on_ms: u64, period_ms: u64) {
             );
         } else {
             assert!(
-                avail >= 80.0,
+                avail >= FREE_VCPU_MIN_AVAIL_PCT,
                 "vCPU {cpu} should be unaffected, available {avail}%: {r:#}"
             );
+            // The neighbour's on-periods must not show up here: no episode
+            // as long as half of one.
+            let longest_us = ep["max_us"].as_f64().unwrap();
             assert!(
-                ep["count"].as_u64().unwrap() <= 2,
-                "vCPU {cpu} should have no episodes: {r:#}"
+                longest_us < on_ms as f64 * 500.0,
+                "vCPU {cpu} should not see the neighbour (longest episode {longest_us} us): {r:#}"
             );
         }
     }
