@@ -7,6 +7,7 @@ mod lab_cmd;
 mod probe_cmd;
 mod progress;
 mod render;
+mod sched_cmd;
 mod signals;
 mod spin_cmd;
 
@@ -43,6 +44,8 @@ enum Command {
     Run(spin_cmd::RunArgs),
     /// Run a program with vsched's synchronisation runtime preloaded (oversubscription-friendly pthreads)
     Exec(exec_cmd::ExecArgs),
+    /// Load vsched's sched_ext scheduler (places tasks by the measured vCPU model)
+    Sched(sched_cmd::SchedArgs),
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::Exec(args) => return program_exit(exec_cmd::run(args)),
+        Command::Sched(args) => return program_exit(sched_cmd::run(args)),
         Command::Run(args) => {
             return match spin_cmd::run(args) {
                 Ok(code) => ExitCode::from(code),

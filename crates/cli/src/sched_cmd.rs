@@ -1,0 +1,319 @@
+//! `vsched sched`: load vsched's sched_ext scheduler, keep the probers
+//! feeding it the vCPU model, print its counters, and unload it on Ctrl-C,
+//! SIGTERM or when the program it was started for exits.
+
+use crate::probe_cmd::parse_duration;
+use crate::signals;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use vsched_model::report::ProbeReport;
+use vsched_model::EpisodeFilter;
+use vsched_probe::plan::{self, WatchSchedule, Windows};
+use vsched_probe::session::{ProbeOptions, Session};
+use vsched_probe::vcap::SampleConfig;
+use vsched_probe::vtop::VtopConfig;
+use vsched_sched::{model, preflight, Scheduler, Stats, Tunables};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  vsched sched                       load until Ctrl-C, statistics every second
+  vsched sched -- make -j8           load for the lifetime of one program
+  vsched sched --no-rwc -- ./bench   the ablation without RWC
+
+The scheduler replaces the kernel's default one for every normal task while
+it is loaded (sched_ext, Linux 6.12+ with CONFIG_SCHED_CLASS_EXT). When vsched
+exits, crashes or is killed, the kernel switches back to its default
+scheduler by itself: nothing is left to restore. See docs/sched.md.
+
+Exit status: the program's own with `-- PROGRAM`; otherwise 0, 1 if the
+kernel ejected the scheduler (its reason is printed), 2 if it could not load.")]
+pub struct SchedArgs {
+    /// Keep using stragglers and stacked vCPUs for normal tasks (RWC off)
+    #[arg(long)]
+    no_rwc: bool,
+
+    /// Ignore measured capacity when choosing among idle vCPUs
+    #[arg(long)]
+    no_capacity: bool,
+
+    /// Do not run the probers: every vCPU counts as equal (the base policy alone)
+    #[arg(long)]
+    no_probe: bool,
+
+    /// Time slice of a task while others wait (ended at the guest's next tick)
+    #[arg(long, value_name = "DURATION", default_value = "3ms", value_parser = parse_duration)]
+    slice: Duration,
+
+    /// How often the probers update the model
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    probe_interval: Duration,
+
+    /// Print the counters this often (0 statistics lines with --quiet)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+
+    /// No live statistics, only the summary at exit
+    #[arg(long, short)]
+    quiet: bool,
+
+    /// Write the summary at exit as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+
+    /// Program (and its arguments) to run under the scheduler
+    #[arg(last = true, value_name = "PROGRAM")]
+    program: Vec<String>,
+}
+
+/// What the summary says about one run.
+#[derive(serde::Serialize)]
+struct Summary {
+    schema: &'static str,
+    seconds: f64,
+    tunables: TunablesJson,
+    counters: serde_json::Map<String, serde_json::Value>,
+    model_updates: u64,
+    /// The last model written (per vCPU), if the probers ran.
+    model: Vec<vsched_sched::VcpuModel>,
+    /// Why the kernel ejected the scheduler, if it did.
+    ejected: Option<vsched_sched::ExitInfo>,
+    program_exit_code: Option<i32>,
+}
+
+#[derive(serde::Serialize)]
+struct TunablesJson {
+    slice_ns: u64,
+    rwc: bool,
+    capacity: bool,
+    probe: bool,
+}
+
+pub fn run(args: SchedArgs) -> Result<u8> {
+    preflight::check()?;
+    let nr_cpus = possible_cpus();
+    let tunables = Tunables {
+        slice_ns: u64::try_from(args.slice.as_nanos()).unwrap_or(u64::MAX),
+        rwc: !args.no_rwc,
+        capacity: !args.no_capacity,
+    };
+    signals::catch();
+    let mut object = MaybeUninit::uninit();
+    let started = Instant::now();
+    let sched = Scheduler::attach(&mut object, tunables, nr_cpus)?;
+    eprintln!(
+        "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, probers {})",
+        on_off(tunables.rwc),
+        on_off(tunables.capacity),
+        on_off(!args.no_probe)
+    );
+    let (reports_tx, reports) = mpsc::channel();
+    let prober = (!args.no_probe)
+        .then(|| {
+            let interval = args.probe_interval;
+            std::thread::Builder::new()
+                .name("vsched-probe".into())
+                .spawn(move || feed_reports(interval, reports_tx))
+        })
+        .transpose()
+        .context("starting the probers")?;
+    let mut child = spawn_program(&args.program)?;
+
+    let mut model_updates = 0u64;
+    let mut last_model = Vec::new();
+    let mut last_print = Instant::now();
+    let mut printed = sched.stats()?;
+    let mut program_exit_code = None;
+    let ejected = loop {
+        if let Some(info) = sched.exit_info() {
+            break Some(info);
+        }
+        while let Ok(report) = reports.try_recv() {
+            let window_s = report.settings.light_ms / 1e3;
+            last_model = model::from_report(&report, tunables.rwc, window_s);
+            sched.update_model(&last_model)?;
+            model_updates += 1;
+        }
+        if let Some(c) = child.as_mut() {
+            if let Some(status) = c.try_wait().context("waiting for the program")? {
+                program_exit_code = Some(exit_code(status));
+                break None;
+            }
+        }
+        if signals::stopped() {
+            if let Some(c) = child.as_mut() {
+                // The terminal's Ctrl-C reached the program too; SIGTERM did not.
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                let status = c.wait().context("waiting for the program")?;
+                program_exit_code = Some(exit_code(status));
+            }
+            break None;
+        }
+        if !args.quiet && last_print.elapsed() >= args.interval {
+            let now = sched.stats()?;
+            print_line(&now.since(&printed), started.elapsed(), model_updates);
+            printed = now;
+            last_print = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let totals = sched.stats()?;
+    let exit_after = sched.detach();
+    let ejected = ejected.or(exit_after.filter(|e| e.is_error()));
+    drop(reports);
+    if let Some(p) = prober {
+        // The probers notice the closed channel after their current step.
+        let _ = p.join();
+    }
+    let summary = Summary {
+        schema: "vsched.sched-summary/v1",
+        seconds: started.elapsed().as_secs_f64(),
+        tunables: TunablesJson {
+            slice_ns: tunables.slice_ns,
+            rwc: tunables.rwc,
+            capacity: tunables.capacity,
+            probe: !args.no_probe,
+        },
+        counters: totals.to_json_map(),
+        model_updates,
+        model: last_model,
+        ejected: ejected.clone(),
+        program_exit_code,
+    };
+    print_summary(&summary, &totals);
+    if let Some(path) = &args.stats_json {
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(e) = &ejected {
+        eprintln!(
+            "vsched sched: the kernel ejected the scheduler: {} ({}) {}",
+            e.reason, e.kind, e.message
+        );
+    }
+    Ok(match (program_exit_code, &ejected) {
+        (Some(code), _) => code as u8,
+        (None, Some(_)) => 1,
+        (None, None) => 0,
+    })
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// CPU ids the kernel may ever use (the BPF maps are indexed by them).
+fn possible_cpus() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    n.max(1) as usize
+}
+
+fn spawn_program(program: &[String]) -> Result<Option<Child>> {
+    let Some((name, args)) = program.split_first() else {
+        return Ok(None);
+    };
+    Command::new(name)
+        .args(args)
+        .spawn()
+        .map(Some)
+        .with_context(|| format!("starting {name}"))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// The probers' loop (its own thread): one step per `interval`, each report
+/// sent to the scheduler; ends when the receiver is gone.
+fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
+    let cpus = vsched_probe::sys::online_cpus().unwrap_or_else(|_| vec![0]);
+    let windows = Windows::choose(None, None, Some(interval)).unwrap_or(Windows {
+        light: Duration::from_millis(100),
+        heavy: Duration::from_millis(10),
+    });
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let mut session = Session::new(ProbeOptions {
+        cpus,
+        capacity: true,
+        activity: true,
+        topology: true,
+        sample: SampleConfig {
+            light_ns: ns(windows.light),
+            heavy_ns: ns(windows.heavy),
+            ..SampleConfig::default()
+        },
+        filter: EpisodeFilter::default(),
+        vtop: VtopConfig::default(),
+        straggler_ratio: 0.2,
+        ema_half_life_s: 3.0,
+    });
+    // The same rhythm as `vsched probe --watch`'s defaults.
+    let mut schedule = WatchSchedule::new(
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+        Instant::now(),
+    );
+    let mut step = plan::first_step(false);
+    loop {
+        let began = Instant::now();
+        let report = session.step(step, None);
+        if reports.send(report).is_err() {
+            return;
+        }
+        std::thread::sleep(interval.saturating_sub(began.elapsed()));
+        step = schedule.next(Instant::now());
+    }
+}
+
+fn print_line(delta: &Stats, since_start: Duration, model_updates: u64) {
+    let mut line = format!("{:>7.1}s", since_start.as_secs_f64());
+    for (name, v) in &delta.values {
+        line.push_str(&format!(" {name}={v}"));
+    }
+    line.push_str(&format!(" model_updates={model_updates}"));
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn print_summary(s: &Summary, totals: &Stats) {
+    eprintln!("vsched sched: unloaded after {:.1} s", s.seconds);
+    for def in vsched_sched::stats::STATS {
+        eprintln!(
+            "  {:>10}  {:<24} {}",
+            totals.get(def.name),
+            def.name,
+            def.help
+        );
+    }
+    eprintln!("  {:>10}  model updates", s.model_updates);
+    for m in &s.model {
+        let why = match (m.visibility.straggler, m.visibility.stacked) {
+            (true, _) => "hidden (straggler)",
+            (_, true) => "hidden (stacked)",
+            _ => "in use",
+        };
+        eprintln!(
+            "  vCPU {:<3} capacity {:>4}  {why}",
+            m.cpu,
+            if m.capacity == 0 {
+                "?".to_string()
+            } else {
+                m.capacity.to_string()
+            }
+        );
+    }
+}

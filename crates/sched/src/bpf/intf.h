@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Definitions shared by the BPF scheduler and its Rust loader (bindgen turns
+ * this file into bpf_intf.rs): sizes, queue ids, the per-vCPU model that user
+ * space writes, and the statistics the BPF side counts.
+ */
+#ifndef VSCHED_INTF_H
+#define VSCHED_INTF_H
+
+#ifndef __VMLINUX_H__
+typedef unsigned int u32;
+typedef int s32;
+typedef unsigned long long u64;
+#endif
+
+enum vs_consts {
+	/*
+	 * vCPUs the scheduler handles. Placement scans every vCPU on each
+	 * wake-up, which is cheap for the small and medium VMs vsched is for
+	 * and bounds the verifier's loops; the loader refuses larger VMs.
+	 */
+	VS_MAX_CPUS = 64,
+	/* Dispatch queue of normal tasks (weighted virtual time). */
+	VS_DSQ_NORMAL = 0,
+	/* Dispatch queue of SCHED_IDLE tasks: consumed only when no normal
+	 * task waits, and the only queue a hidden vCPU consumes. */
+	VS_DSQ_IDLE = 1,
+};
+
+/* Why RWC hides a vCPU from normal tasks (bits of vcpu_model.hidden). */
+enum vs_hidden_why {
+	VS_HIDDEN_STRAGGLER = 1 << 0,
+	VS_HIDDEN_STACKED = 1 << 1,
+};
+
+/*
+ * What vsched's probers last measured about one vCPU. Written by user space
+ * (one map entry per vCPU) after every probe report; read by placement.
+ * Zero everywhere means "not measured yet": every vCPU is then equal.
+ */
+struct vcpu_model {
+	/* Capacity relative to the strongest vCPU, 1..1024 (0: unknown). */
+	u32 capacity;
+	/* Non-zero (vs_hidden_why bits): RWC keeps normal tasks off it. */
+	u32 hidden;
+	/* Mean inactive-episode length in µs (0: none seen). */
+	u32 episode_mean_us;
+	/* Inactive episodes per second. */
+	u32 episodes_per_s;
+};
+
+/* Counters the BPF side keeps per CPU; the loader sums them. */
+enum vs_stat {
+	/* Wake-ups placed straight onto an idle vCPU, by kind of choice. */
+	VS_STAT_WAKE_PREV,
+	VS_STAT_WAKE_BEST,
+	/* Wake-ups that kept to prev although a stronger vCPU was idle. */
+	VS_STAT_WAKE_PREV_OVER_STRONGER,
+	/* Tasks queued because no visible vCPU was idle. */
+	VS_STAT_QUEUED_NORMAL,
+	VS_STAT_QUEUED_IDLE,
+	/* Tasks bound to one vCPU, dispatched to it directly. */
+	VS_STAT_PINNED,
+	/* Idle vCPUs woken for a queued task. */
+	VS_STAT_KICKS,
+	/* Dispatches on a hidden vCPU that left normal tasks waiting. */
+	VS_STAT_HIDDEN_SKIPS,
+	VS_NR_STATS,
+};
+
+#endif /* VSCHED_INTF_H */

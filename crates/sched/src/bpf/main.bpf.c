@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * vsched's sched_ext scheduler.
+ *
+ * Base policy: weighted virtual time over one shared queue for normal tasks
+ * and one for SCHED_IDLE tasks; a waking task goes straight to an idle vCPU
+ * when there is one (its previous vCPU first: cross-vCPU wake-ups are the
+ * expensive thing in a VM), else it queues and an idle vCPU is kicked.
+ *
+ * On top, what vsched's probers measured (struct vcpu_model, written by the
+ * loader after every probe report):
+ *   - capacity: among idle vCPUs, the strongest is chosen;
+ *   - RWC: hidden vCPUs (stragglers, all but one of each stacked group) take
+ *     no normal task; they still run SCHED_IDLE tasks (the probers' light
+ *     threads among them, so that recovery is seen) and tasks bound to them.
+ *
+ * The decisions themselves are in policy.h, tested on the host.
+ */
+#include <scx/common.bpf.h>
+#include "intf.h"
+#include "policy.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* Tunables, set by the loader before load (see the `vsched sched` flags). */
+const volatile u64 slice_ns = 3000000;
+const volatile u32 nr_cpus = 1;
+const volatile bool rwc_enabled = true;
+const volatile bool capacity_enabled = true;
+
+UEI_DEFINE(uei);
+
+/* The model, one entry per vCPU, written by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VS_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct vcpu_model);
+} vcpu_models SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, VS_NR_STATS);
+	__type(key, u32);
+	__type(value, u64);
+} stats SEC(".maps");
+
+/* The normal queue's clock: the largest virtual time that started running. */
+static u64 vtime_now;
+
+static void count(enum vs_stat which)
+{
+	u32 key = which;
+	u64 *n = bpf_map_lookup_elem(&stats, &key);
+
+	if (n)
+		(*n)++;
+}
+
+static const struct vcpu_model *model_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&vcpu_models, &key);
+}
+
+static bool visible(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return !m || vs_visible(m, rwc_enabled);
+}
+
+static u32 score(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return m ? vs_score(m, capacity_enabled) : VS_CAPACITY_UNKNOWN;
+}
+
+/* The uapi's SCHED_IDLE: a macro, so vmlinux.h's BTF does not carry it. */
+#define VS_SCHED_IDLE 5
+
+static bool is_idle_task(const struct task_struct *p)
+{
+	return p->policy == VS_SCHED_IDLE;
+}
+
+/*
+ * The strongest idle vCPU `p` may use and RWC leaves visible, with a score
+ * of at least `min_score`, or -1. Not claimed: the caller claims it with
+ * scx_bpf_test_and_clear_cpu_idle(), which fails if another wake-up was
+ * faster.
+ */
+static s32 find_best_idle(const struct task_struct *p, u32 min_score)
+{
+	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
+	s32 best = -1;
+	u32 best_score = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		u32 s;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, idle) ||
+		    !bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !visible(cpu))
+			continue;
+		s = score(cpu);
+		if (s >= min_score && (best < 0 || s > best_score)) {
+			best = cpu;
+			best_score = s;
+		}
+	}
+	scx_bpf_put_idle_cpumask(idle);
+	return best;
+}
+
+/* Whether `cpu` is idle now (without claiming it). */
+static bool is_idle_now(s32 cpu)
+{
+	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
+	bool yes = bpf_cpumask_test_cpu(cpu, idle);
+
+	scx_bpf_put_idle_cpumask(idle);
+	return yes;
+}
+
+s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
+		   u64 wake_flags)
+{
+	bool prev_ok = bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr);
+	s32 cpu;
+
+	/* SCHED_IDLE work may run anywhere, hidden vCPUs included. */
+	if (is_idle_task(p)) {
+		bool is_idle = false;
+
+		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+		if (is_idle)
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		return cpu;
+	}
+	if (prev_ok && visible(prev_cpu) && is_idle_now(prev_cpu)) {
+		u32 prev_score = score(prev_cpu);
+
+		/* Leave an idle prev only for a clearly stronger idle vCPU. */
+		cpu = capacity_enabled ? find_best_idle(p, prev_score + 1) : -1;
+		if (cpu >= 0 && !vs_keep_prev(prev_score, score(cpu)) &&
+		    scx_bpf_test_and_clear_cpu_idle(cpu)) {
+			count(VS_STAT_WAKE_BEST);
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			return cpu;
+		}
+		if (scx_bpf_test_and_clear_cpu_idle(prev_cpu)) {
+			if (cpu >= 0)
+				count(VS_STAT_WAKE_PREV_OVER_STRONGER);
+			count(VS_STAT_WAKE_PREV);
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			return prev_cpu;
+		}
+	}
+	cpu = find_best_idle(p, 0);
+	if (cpu >= 0 && scx_bpf_test_and_clear_cpu_idle(cpu)) {
+		count(VS_STAT_WAKE_BEST);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		return cpu;
+	}
+	return prev_ok ? prev_cpu : scx_bpf_task_cpu(p);
+}
+
+void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	s32 cpu;
+
+	/* Bound to one vCPU (per-CPU kthreads, pinned probers): run it there. */
+	if (p->nr_cpus_allowed == 1) {
+		count(VS_STAT_PINNED);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		return;
+	}
+	if (is_idle_task(p)) {
+		count(VS_STAT_QUEUED_IDLE);
+		scx_bpf_dsq_insert_vtime(p, VS_DSQ_IDLE, slice_ns,
+					 p->scx.dsq_vtime, enq_flags);
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
+	count(VS_STAT_QUEUED_NORMAL);
+	scx_bpf_dsq_insert_vtime(p, VS_DSQ_NORMAL, slice_ns,
+				 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
+				 enq_flags);
+	cpu = find_best_idle(p, 0);
+	if (cpu >= 0) {
+		count(VS_STAT_KICKS);
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+}
+
+void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
+{
+	if (visible(cpu)) {
+		if (scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL, 0))
+			return;
+	} else if (scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL)) {
+		count(VS_STAT_HIDDEN_SKIPS);
+	}
+	scx_bpf_dsq_move_to_local(VS_DSQ_IDLE, 0);
+}
+
+void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
+{
+	if (!is_idle_task(p) && p->scx.dsq_vtime > vtime_now)
+		vtime_now = p->scx.dsq_vtime;
+}
+
+void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
+{
+	u64 used = slice_ns > p->scx.slice ? slice_ns - p->scx.slice : 0;
+
+	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
+					 vs_vtime_charge(used, p->scx.weight));
+}
+
+void BPF_STRUCT_OPS(vsched_enable, struct task_struct *p)
+{
+	scx_bpf_task_set_dsq_vtime(p, vtime_now);
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
+{
+	s32 err;
+
+	err = scx_bpf_create_dsq(VS_DSQ_NORMAL, -1);
+	if (err)
+		return err;
+	return scx_bpf_create_dsq(VS_DSQ_IDLE, -1);
+}
+
+void BPF_STRUCT_OPS(vsched_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+SCX_OPS_DEFINE(vsched_ops,
+	       .select_cpu	= (void *)vsched_select_cpu,
+	       .enqueue		= (void *)vsched_enqueue,
+	       .dispatch	= (void *)vsched_dispatch,
+	       .running		= (void *)vsched_running,
+	       .stopping	= (void *)vsched_stopping,
+	       .enable		= (void *)vsched_enable,
+	       .init		= (void *)vsched_init,
+	       .exit		= (void *)vsched_exit,
+	       .timeout_ms	= 5000,
+	       .name		= "vsched");

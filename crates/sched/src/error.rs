@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Why the scheduler could not be loaded, or stopped.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchedError {
+    #[error(
+        "this kernel has no sched_ext ({path} is missing): it was built without \
+         CONFIG_SCHED_CLASS_EXT (Linux 6.12 or later has it; Debian's newest cloud \
+         kernel enables it). `vsched probe`, `vsched exec` and `vsched run` work \
+         without it",
+        path = .0.display()
+    )]
+    NoSchedExt(PathBuf),
+    #[error("loading a sched_ext scheduler needs root (CAP_SYS_ADMIN and CAP_BPF)")]
+    NotRoot,
+    #[error(
+        "another sched_ext scheduler ({0}) is loaded; stop it first (only one can run at a time)"
+    )]
+    AnotherScheduler(String),
+    #[error(
+        "this VM has {0} vCPUs; the scheduler handles at most {max} (its placement scans \
+         every vCPU on each wake-up)",
+        max = crate::loader::MAX_CPUS
+    )]
+    TooManyCpus(usize),
+    #[error("reading {path}: {source}", path = .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{what} failed: {source}{}", verifier_tail(.log))]
+    Bpf {
+        what: &'static str,
+        source: libbpf_rs::Error,
+        /// The last lines libbpf printed (the verifier's verdict among them).
+        log: Vec<String>,
+    },
+}
+
+fn verifier_tail(log: &[String]) -> String {
+    if log.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\nlast lines from libbpf and the verifier:\n  {}",
+            log.join("\n  ")
+        )
+    }
+}

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0
+//! vsched's sched_ext scheduler: a BPF scheduler (src/bpf/main.bpf.c) that
+//! the kernel runs in place of its default one while `vsched sched` keeps
+//! it loaded, and the Rust side that loads it, feeds it the vCPU model the
+//! probers measure, and reads its statistics.
+//!
+//! Nothing here needs restoring: sched_ext falls back to the kernel's
+//! default scheduler by itself when the loader exits, crashes or is killed,
+//! or when the BPF side misbehaves (a stall or an error ejects it).
+//!
+//! * [`preflight`]: can this kernel and user load a scheduler at all?
+//! * [`model`]: a probe report turned into the per-vCPU entries the BPF side
+//!   reads (capacity, and what RWC hides).
+//! * [`loader`]: open, load, attach, update, detach.
+//! * [`stats`]: the BPF side's counters, declared as data.
+
+pub mod error;
+pub mod loader;
+pub mod model;
+pub mod preflight;
+pub mod stats;
+
+mod bpf_intf;
+mod bpf_skel;
+
+pub use error::SchedError;
+pub use loader::{ExitInfo, Scheduler, Tunables};
+pub use model::{VcpuModel, Visibility};
+pub use stats::Stats;

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Opening, loading and attaching the BPF scheduler; writing the model into
+//! it; reading its counters and why the kernel ejected it, if it did.
+//!
+//! Detaching is dropping the [`Scheduler`] (its struct_ops link). If the
+//! process dies first, the kernel drops the link itself and switches every
+//! task back to its default scheduler: there is nothing to restore.
+
+use crate::bpf_skel::{BpfSkel, BpfSkelBuilder, OpenBpfSkel};
+use crate::error::SchedError;
+use crate::model::VcpuModel;
+use crate::stats::{Stats, NR_STATS};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+
+pub use libbpf_rs::OpenObject as BpfObject;
+
+/// vCPUs the BPF side handles (intf.h's VS_MAX_CPUS).
+pub const MAX_CPUS: usize = crate::bpf_intf::vs_consts_VS_MAX_CPUS as usize;
+
+/// The knobs fixed at load time (BPF read-only data).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tunables {
+    /// Time slice of a task when others wait.
+    pub slice_ns: u64,
+    /// RWC: keep normal tasks off stragglers and stacked vCPUs.
+    pub rwc: bool,
+    /// Place by measured capacity.
+    pub capacity: bool,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            slice_ns: DEFAULT_SLICE_NS,
+            rwc: true,
+            capacity: true,
+        }
+    }
+}
+
+/// 3 ms: below the 4 ms tick of a HZ=250 guest kernel, where sched_ext
+/// ends slices, so a waiting task is served at the next tick; the kernel's
+/// default scheduler gives a few ms too (base slice 0.75-3 ms by CPU count).
+pub const DEFAULT_SLICE_NS: u64 = 3_000_000;
+
+/// Why the kernel stopped the scheduler (sched_ext's exit info).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExitInfo {
+    /// `enum scx_exit_kind`: 0 none, 1 done, 2-3 unregistered, 4 sysrq,
+    /// 1024+ errors (1024 runtime error, 1025 BPF error, 1026 stall).
+    pub kind: i32,
+    pub exit_code: i64,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ExitInfo {
+    /// Whether the kernel ejected the scheduler for an error.
+    pub fn is_error(&self) -> bool {
+        self.kind >= 1024
+    }
+}
+
+/// Lines libbpf printed lately (the verifier's log on a failed load).
+static LIBBPF_LOG: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+/// Lines kept: enough for the verifier's verdict and the instructions
+/// leading to it, few enough to read in a terminal.
+const LOG_LINES_KEPT: usize = 30;
+
+fn remember_libbpf_line(level: PrintLevel, line: String) {
+    if level == PrintLevel::Debug {
+        return;
+    }
+    let mut log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    for l in line.lines() {
+        if log.len() == LOG_LINES_KEPT {
+            log.pop_front();
+        }
+        log.push_back(l.to_string());
+    }
+}
+
+fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
+    let log = LIBBPF_LOG
+        .lock()
+        .map(|l| l.iter().cloned().collect())
+        .unwrap_or_default();
+    SchedError::Bpf { what, source, log }
+}
+
+/// A loaded and attached scheduler. Dropping it detaches it.
+pub struct Scheduler<'obj> {
+    skel: BpfSkel<'obj>,
+    link: Option<Link>,
+    nr_cpus: usize,
+}
+
+impl<'obj> Scheduler<'obj> {
+    /// Opens, configures, loads and attaches the scheduler. `object` is
+    /// storage libbpf's object lives in; it must outlive the scheduler.
+    /// Run [`crate::preflight::check`] first for clear refusals.
+    pub fn attach(
+        object: &'obj mut MaybeUninit<OpenObject>,
+        tunables: Tunables,
+        nr_cpus: usize,
+    ) -> Result<Scheduler<'obj>, SchedError> {
+        if nr_cpus > MAX_CPUS {
+            return Err(SchedError::TooManyCpus(nr_cpus));
+        }
+        libbpf_rs::set_print(Some((PrintLevel::Info, remember_libbpf_line)));
+        let mut open: OpenBpfSkel = BpfSkelBuilder::default()
+            .open(object)
+            .map_err(|e| bpf_error("opening the BPF object", e))?;
+        {
+            let rodata = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .expect("the BPF object has read-only data (its tunables)");
+            rodata.slice_ns = tunables.slice_ns;
+            rodata.nr_cpus = nr_cpus as u32;
+            rodata.rwc_enabled = tunables.rwc;
+            rodata.capacity_enabled = tunables.capacity;
+        }
+        // sched_ext ejects a scheduler loaded against a CPU set that changed
+        // (hot-plug) meanwhile when it knows the sequence it was loaded at.
+        if let Ok(seq) = std::fs::read_to_string("/sys/kernel/sched_ext/hotplug_seq") {
+            if let Ok(seq) = seq.trim().parse() {
+                open.struct_ops.vsched_ops_mut().hotplug_seq = seq;
+            }
+        }
+        let mut skel = open
+            .load()
+            .map_err(|e| bpf_error("loading the BPF scheduler (verifier)", e))?;
+        let link = skel
+            .maps
+            .vsched_ops
+            .attach_struct_ops()
+            .map_err(|e| bpf_error("attaching the scheduler (struct_ops)", e))?;
+        Ok(Scheduler {
+            skel,
+            link: Some(link),
+            nr_cpus,
+        })
+    }
+
+    /// Writes the model of each vCPU into the BPF side's map.
+    pub fn update_model(&self, models: &[VcpuModel]) -> Result<(), SchedError> {
+        for m in models.iter().filter(|m| (m.cpu as usize) < self.nr_cpus) {
+            // struct vcpu_model: four u32 in native byte order, as intf.h
+            // declares them (no padding).
+            let mut value = Vec::with_capacity(16);
+            for field in [
+                m.capacity,
+                m.visibility.bits(),
+                m.episode_mean_us,
+                m.episodes_per_s,
+            ] {
+                value.extend_from_slice(&field.to_ne_bytes());
+            }
+            self.skel
+                .maps
+                .vcpu_models
+                .update(&m.cpu.to_ne_bytes(), &value, MapFlags::ANY)
+                .map_err(|e| bpf_error("writing the vCPU model", e))?;
+        }
+        Ok(())
+    }
+
+    /// The counters so far, summed over CPUs.
+    pub fn stats(&self) -> Result<Stats, SchedError> {
+        let mut totals = vec![0u64; NR_STATS as usize];
+        for (i, total) in totals.iter_mut().enumerate() {
+            let per_cpu = self
+                .skel
+                .maps
+                .stats
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| bpf_error("reading the counters", e))?;
+            for v in per_cpu.into_iter().flatten() {
+                let bytes: [u8; 8] = v.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]);
+                *total += u64::from_ne_bytes(bytes);
+            }
+        }
+        Ok(Stats::from_totals(&totals))
+    }
+
+    /// Why the kernel stopped the scheduler, once it has (None while it runs).
+    pub fn exit_info(&self) -> Option<ExitInfo> {
+        let data = self.skel.maps.data_data.as_deref()?;
+        let uei = &data.uei;
+        (uei.kind != 0).then(|| ExitInfo {
+            kind: uei.kind,
+            exit_code: uei.exit_code,
+            reason: c_chars(&uei.reason),
+            message: c_chars(&uei.msg),
+        })
+    }
+
+    /// Detaches now (also done on drop) and says why the kernel recorded
+    /// the exit, if it did.
+    pub fn detach(mut self) -> Option<ExitInfo> {
+        self.link.take();
+        self.exit_info()
+    }
+}
+
+/// A NUL-terminated C char array as a String.
+fn c_chars(chars: &[std::os::raw::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

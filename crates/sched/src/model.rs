@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What the BPF side is told about each vCPU, derived from a probe report:
+//! its capacity, and whether RWC (vSched's "restricted vCPU candidates")
+//! keeps normal tasks off it.
+//!
+//! RWC hides a straggler (a vCPU far weaker than the mean, as the probe
+//! judges it) and every vCPU of a stacked group but one: the group shares
+//! one physical CPU, so spreading a parallel program over it only adds
+//! waiting. The vCPU kept is the group's strongest (lowest id on a tie).
+//! At least one vCPU always stays visible: if every vCPU would be hidden,
+//! the strongest is shown again, since a VM that runs nothing is worse
+//! than any straggler.
+
+use serde::Serialize;
+use vsched_model::report::ProbeReport;
+
+/// Why a vCPU is hidden (mirrors intf.h's `vs_hidden_why` bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Visibility {
+    pub straggler: bool,
+    /// Hidden because another vCPU of its stacked group stays in use.
+    pub stacked: bool,
+}
+
+impl Visibility {
+    pub fn hidden(&self) -> bool {
+        self.straggler || self.stacked
+    }
+
+    /// The bits the BPF side reads.
+    pub fn bits(&self) -> u32 {
+        use crate::bpf_intf as why;
+        let mut b = 0;
+        if self.straggler {
+            b |= why::vs_hidden_why_VS_HIDDEN_STRAGGLER as u32;
+        }
+        if self.stacked {
+            b |= why::vs_hidden_why_VS_HIDDEN_STACKED as u32;
+        }
+        b
+    }
+}
+
+/// One vCPU as the scheduler sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VcpuModel {
+    pub cpu: u32,
+    /// 1..=1024 relative to the strongest vCPU; 0 when not measured.
+    pub capacity: u32,
+    pub visibility: Visibility,
+    pub episode_mean_us: u32,
+    pub episodes_per_s: u32,
+}
+
+/// The model of every vCPU in `report`, with RWC's choice applied when
+/// `rwc` is on (otherwise nothing is hidden). `window_s` is how long the
+/// report's episode counts were gathered over.
+pub fn from_report(report: &ProbeReport, rwc: bool, window_s: f64) -> Vec<VcpuModel> {
+    let capacity_of = |cpu: u32| {
+        report
+            .vcpus
+            .iter()
+            .find(|v| v.cpu == cpu)
+            .and_then(|v| v.capacity)
+            .unwrap_or(0)
+    };
+    let mut models: Vec<VcpuModel> = report
+        .vcpus
+        .iter()
+        .map(|v| {
+            let episodes = v.episodes.unwrap_or_default();
+            let keeper = v
+                .stacked_with
+                .iter()
+                .copied()
+                .chain(std::iter::once(v.cpu))
+                .max_by_key(|&c| (capacity_of(c), std::cmp::Reverse(c)))
+                .unwrap_or(v.cpu);
+            VcpuModel {
+                cpu: v.cpu,
+                capacity: v.capacity.unwrap_or(0),
+                visibility: Visibility {
+                    straggler: rwc && v.straggler,
+                    stacked: rwc && keeper != v.cpu,
+                },
+                episode_mean_us: episodes.mean_us.round() as u32,
+                episodes_per_s: if window_s > 0.0 {
+                    (episodes.count as f64 / window_s).round() as u32
+                } else {
+                    0
+                },
+            }
+        })
+        .collect();
+    if !models.is_empty() && models.iter().all(|m| m.visibility.hidden()) {
+        let strongest = models
+            .iter_mut()
+            .max_by_key(|m| (m.capacity, std::cmp::Reverse(m.cpu)))
+            .expect("not empty");
+        strongest.visibility = Visibility::default();
+    }
+    models
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vsched_model::report::VcpuReport;
+
+    fn vcpu(cpu: u32, capacity: u32, straggler: bool, stacked_with: &[u32]) -> VcpuReport {
+        serde_json::from_value(serde_json::json!({
+            "cpu": cpu, "capacity": capacity, "available_pct": null, "steal_pct": null,
+            "hidden_steal_pct": null, "preempted_pct": null, "speed_units_per_us": null,
+            "episodes": {"count": 10, "mean_us": 2500.0, "p95_us": 3000.0, "max_us": 4000.0},
+            "stacked_with": stacked_with, "smt_siblings": [], "llc_group": null,
+            "socket_group": null, "straggler": straggler, "stacked": !stacked_with.is_empty()
+        }))
+        .unwrap()
+    }
+
+    fn report(vcpus: Vec<VcpuReport>) -> ProbeReport {
+        let mut r: ProbeReport = serde_json::from_str(include_str!("../tests/data/report.json"))
+            .expect("test report parses");
+        r.vcpus = vcpus;
+        r
+    }
+
+    fn hidden(models: &[VcpuModel]) -> Vec<u32> {
+        models
+            .iter()
+            .filter(|m| m.visibility.hidden())
+            .map(|m| m.cpu)
+            .collect()
+    }
+
+    #[test]
+    fn straggler_and_all_but_the_strongest_of_a_stack_are_hidden() {
+        let r = report(vec![
+            vcpu(0, 1024, false, &[]),
+            vcpu(1, 500, false, &[2]),
+            vcpu(2, 520, false, &[1]),
+            vcpu(3, 100, true, &[]),
+        ]);
+        let m = from_report(&r, true, 2.0);
+        assert_eq!(hidden(&m), vec![1, 3]);
+        assert!(m[1].visibility.stacked && m[3].visibility.straggler);
+        assert_eq!(m[0].episodes_per_s, 5);
+        assert_eq!(m[0].episode_mean_us, 2500);
+    }
+
+    #[test]
+    fn a_tie_in_a_stack_keeps_the_lowest_id() {
+        let r = report(vec![vcpu(0, 512, false, &[1]), vcpu(1, 512, false, &[0])]);
+        assert_eq!(hidden(&from_report(&r, true, 1.0)), vec![1]);
+    }
+
+    #[test]
+    fn without_rwc_nothing_is_hidden() {
+        let r = report(vec![vcpu(0, 1024, false, &[1]), vcpu(1, 100, true, &[0])]);
+        assert!(hidden(&from_report(&r, false, 1.0)).is_empty());
+    }
+
+    #[test]
+    fn never_every_vcpu_hidden() {
+        let r = report(vec![vcpu(0, 300, true, &[]), vcpu(1, 400, true, &[])]);
+        assert_eq!(hidden(&from_report(&r, true, 1.0)), vec![0]);
+    }
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The BPF side's counters, declared once as data: their index in the
+//! per-CPU `stats` map (intf.h's `vs_stat`), a name for JSON and a line of
+//! explanation for people.
+
+use crate::bpf_intf as s;
+use serde::Serialize;
+
+/// One counter: where it lives and what it means.
+pub struct StatDef {
+    pub index: u32,
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// Every counter, in the order they are shown.
+pub const STATS: &[StatDef] = &[
+    StatDef {
+        index: s::vs_stat_VS_STAT_WAKE_PREV as u32,
+        name: "wake_prev",
+        help: "wake-ups placed on their previous vCPU, idle",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_WAKE_BEST as u32,
+        name: "wake_best",
+        help: "wake-ups placed on the strongest idle visible vCPU",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_WAKE_PREV_OVER_STRONGER as u32,
+        name: "wake_prev_over_stronger",
+        help: "of wake_prev: a stronger vCPU was idle but not by enough to move",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_QUEUED_NORMAL as u32,
+        name: "queued_normal",
+        help: "normal tasks queued (no visible vCPU idle at once)",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_QUEUED_IDLE as u32,
+        name: "queued_idle",
+        help: "SCHED_IDLE tasks queued",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_PINNED as u32,
+        name: "pinned",
+        help: "tasks bound to one vCPU, run there directly",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_KICKS as u32,
+        name: "kicks",
+        help: "idle vCPUs woken for a queued task",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_HIDDEN_SKIPS as u32,
+        name: "hidden_skips",
+        help: "times a vCPU hidden by RWC left normal tasks waiting",
+    },
+];
+
+/// Number of counters the BPF side keeps.
+pub const NR_STATS: u32 = s::vs_stat_VS_NR_STATS as u32;
+
+/// Counter values, summed over CPUs, in [`STATS`] order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub values: Vec<(&'static str, u64)>,
+}
+
+impl Stats {
+    /// From one total per counter index.
+    pub fn from_totals(totals: &[u64]) -> Stats {
+        Stats {
+            values: STATS
+                .iter()
+                .map(|d| (d.name, totals.get(d.index as usize).copied().unwrap_or(0)))
+                .collect(),
+        }
+    }
+
+    /// Counts since `earlier`.
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            values: self
+                .values
+                .iter()
+                .map(|&(name, v)| {
+                    let before = earlier
+                        .values
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map_or(0, |&(_, b)| b);
+                    (name, v.saturating_sub(before))
+                })
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> u64 {
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |&(_, v)| v)
+    }
+
+    /// As a JSON object (name -> count).
+    pub fn to_json_map(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.values
+            .iter()
+            .map(|&(n, v)| (n.to_string(), v.into()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_is_declared_once() {
+        let mut idx: Vec<u32> = STATS.iter().map(|d| d.index).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        assert_eq!(idx, (0..NR_STATS).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn deltas_between_snapshots() {
+        let a = Stats::from_totals(&[1, 2, 0, 5, 0, 0, 0, 0]);
+        let b = Stats::from_totals(&[4, 2, 1, 9, 0, 0, 0, 0]);
+        let d = b.since(&a);
+        assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
+    }
+}
