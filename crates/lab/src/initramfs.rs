@@ -5,6 +5,7 @@
 //! each run and never leaves the machine.
 
 use crate::error::{LabError, Result};
+use crate::kernel::KernelConfig;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -130,6 +131,7 @@ pub fn init_script(commands: &[String]) -> String {
          mount -t proc proc /proc\n\
          mount -t sysfs sys /sys\n\
          mount -t devtmpfs dev /dev 2>/dev/null\n\
+         mount -t bpf bpf /sys/fs/bpf 2>/dev/null\n\
          mkdir -p /tmp\n",
     );
     s.push_str(&format!("echo \"{MARK} BOOTED $(cat /proc/uptime)\"\n"));
@@ -144,16 +146,23 @@ pub fn init_script(commands: &[String]) -> String {
     s
 }
 
-/// Builds the archive: busybox, vsched, extra binaries, their libraries, /init.
+/// Builds the archive: busybox, vsched, extra binaries, their libraries,
+/// the kernel's config as /boot/config-RELEASE where known (libbpf reads it
+/// for the Kconfig values BPF programs use), /init.
 pub fn build(
     busybox: &Path,
     vsched: &Path,
     extra: &[PathBuf],
+    kernel_config: Option<&KernelConfig>,
     commands: &[String],
 ) -> Result<Vec<u8>> {
     let mut cpio = Cpio::default();
-    for d in ["bin", "proc", "sys", "dev", "tmp", "etc"] {
+    for d in ["bin", "proc", "sys", "dev", "tmp", "etc", "boot"] {
         cpio.dir(d);
+    }
+    if let Some(c) = kernel_config {
+        let body = std::fs::read(&c.path).map_err(LabError::io("reading", &c.path))?;
+        cpio.file(&format!("/boot/config-{}", c.release), 0o644, &body);
     }
     let mut libs = BTreeSet::new();
     let mut add_binary = |cpio: &mut Cpio, src: &Path, name: &str| -> Result<()> {

@@ -41,75 +41,319 @@ fn need_kernel(source: LabError) -> LabError {
     }
 }
 
+/// Which guest kernel a layout boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelChoice {
+    /// Debian's cloud kernel of the host's own release (6.1 on Debian 12):
+    /// what the probe layouts were verified with.
+    #[default]
+    Default,
+    /// Debian's newest cloud kernel, from the unstable suite, which has
+    /// sched_ext (CONFIG_SCHED_CLASS_EXT=y) and BTF: for `vsched sched`.
+    SchedExt,
+}
+
+/// A guest kernel and, where known, its release and configuration (libbpf
+/// reads /boot/config-RELEASE in the guest for the Kconfig values BPF
+/// programs use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestKernel {
+    pub image: PathBuf,
+    pub config: Option<KernelConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelConfig {
+    /// `uname -r` in the guest.
+    pub release: String,
+    pub path: PathBuf,
+}
+
 /// The guest kernel: `explicit` if given, else the cached Debian cloud
-/// kernel, downloading it (`apt-get download`) the first time.
-pub fn guest_kernel(explicit: Option<&Path>) -> Result<PathBuf> {
+/// kernel of the kind asked for, downloading it the first time.
+pub fn guest_kernel(explicit: Option<&Path>, choice: KernelChoice) -> Result<GuestKernel> {
     if let Some(p) = explicit {
         if !p.is_file() {
             return Err(LabError::NoKernelFile {
                 path: p.to_path_buf(),
             });
         }
-        return Ok(p.to_path_buf());
+        return Ok(GuestKernel {
+            image: p.to_path_buf(),
+            config: None,
+        });
     }
+    match choice {
+        KernelChoice::Default => Ok(GuestKernel {
+            image: default_kernel()?,
+            config: None,
+        }),
+        KernelChoice::SchedExt => sched_ext_kernel(),
+    }
+}
+
+/// The host release's cloud kernel (`apt-get download`, the host's sources).
+fn default_kernel() -> Result<PathBuf> {
     let dir = cache_dir();
     let cached = dir.join("vmlinuz");
     if cached.is_file() {
         return Ok(cached);
     }
     std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
-    // The meta-package names the current versioned image package.
-    let depends = run(
-        Command::new("apt-cache").args(["depends", "linux-image-cloud-amd64"]),
-        "apt-cache depends",
-    )
-    .map_err(need_kernel)?;
-    let image = depends
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("Depends: "))
-        .find(|p| p.starts_with("linux-image-"))
-        .ok_or_else(|| {
-            need_kernel(LabError::KernelPackage(
-                "linux-image-cloud-amd64 names no image package".into(),
-            ))
-        })?
-        .to_string();
+    let apt = Apt::host();
+    let image = apt.image_package().map_err(need_kernel)?;
     let work = dir.join("download");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).map_err(LabError::io("creating", &work))?;
-    run(
-        Command::new("apt-get")
-            .arg("download")
-            .arg(&image)
-            .current_dir(&work),
-        "apt-get download",
-    )
-    .map_err(need_kernel)?;
-    let deb = files_in(&work)?
-        .into_iter()
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .ok_or_else(|| LabError::KernelPackage("apt-get download produced no .deb".into()))?;
-    let extracted = work.join("x");
-    run(
-        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&extracted),
-        "dpkg-deb -x",
-    )?;
-    let vmlinuz = files_in(&extracted.join("boot"))?
-        .into_iter()
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz"))
-        })
-        .ok_or_else(|| {
-            LabError::KernelPackage("the kernel package holds no /boot/vmlinuz*".into())
-        })?;
-    let tmp = dir.join("vmlinuz.tmp");
-    std::fs::copy(&vmlinuz, &tmp).map_err(LabError::io("writing", &tmp))?;
-    std::fs::rename(&tmp, &cached).map_err(LabError::io("writing", &cached))?;
+    let extracted = apt
+        .download_and_extract(&[image.clone()], &work)
+        .map_err(need_kernel)?;
+    let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?
+        .ok_or_else(|| LabError::KernelPackage("the kernel package holds no vmlinuz".into()))?;
+    install_file(&vmlinuz, &cached)?;
     let package = dir.join("vmlinuz.package");
     std::fs::write(&package, &image).map_err(LabError::io("writing", &package))?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(cached)
+}
+
+/// Debian's suite whose cloud kernel has sched_ext (Debian 12's 6.1 does not).
+const SCHED_EXT_SUITE: &str = "unstable";
+/// The option the kernel must have been built with.
+const SCHED_EXT_OPTION: &str = "CONFIG_SCHED_CLASS_EXT=y";
+
+const SCHED_EXT_HINT: &str = "sched_ext layouts need Debian's newest cloud kernel: allow     vsched to reach deb.debian.org (it uses a private apt configuration under     ~/.cache/vsched/lab/sched_ext/apt and leaves the host's sources alone), or pass     --kernel PATH to a bzImage built with CONFIG_SCHED_CLASS_EXT=y";
+
+/// The newest cloud kernel of Debian unstable, with its config, cached
+/// under `cache_dir()/sched_ext`; fetched through a private apt
+/// configuration so that the host's package sources stay as they are.
+fn sched_ext_kernel() -> Result<GuestKernel> {
+    let dir = cache_dir().join("sched_ext");
+    let image = dir.join("vmlinuz");
+    let config = dir.join("config");
+    let release_file = dir.join("release");
+    if image.is_file() && config.is_file() {
+        if let Ok(release) = std::fs::read_to_string(&release_file) {
+            return Ok(GuestKernel {
+                image,
+                config: Some(KernelConfig {
+                    release: release.trim().to_string(),
+                    path: config,
+                }),
+            });
+        }
+    }
+    let need = |source: LabError| LabError::GuestKernel {
+        hint: SCHED_EXT_HINT,
+        source: Box::new(source),
+    };
+    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
+    let apt = Apt::private(&dir.join("apt"), SCHED_EXT_SUITE).map_err(need)?;
+    apt.update().map_err(need)?;
+    let image_pkg = apt.image_package().map_err(need)?;
+    // Newer Debian kernels split the image package: the kernel proper is in
+    // linux-binary-*, its config in linux-base-*; older ones hold both.
+    let mut packages = vec![image_pkg.clone()];
+    packages.extend(
+        apt.depends(&image_pkg)
+            .map_err(need)?
+            .into_iter()
+            .filter(|p| p.starts_with("linux-binary-") || p.starts_with("linux-base-")),
+    );
+    let work = dir.join("download");
+    let extracted = apt.download_and_extract(&packages, &work).map_err(need)?;
+    let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?.ok_or_else(|| {
+        need(LabError::KernelPackage(format!(
+            "{packages:?} hold no vmlinuz"
+        )))
+    })?;
+    let (release, found_config) = find_config(&extracted)?.ok_or_else(|| {
+        need(LabError::KernelPackage(format!(
+            "{packages:?} hold no kernel config"
+        )))
+    })?;
+    let text =
+        std::fs::read_to_string(&found_config).map_err(LabError::io("reading", &found_config))?;
+    if !text.lines().any(|l| l.trim() == SCHED_EXT_OPTION) {
+        return Err(need(LabError::KernelPackage(format!(
+            "{image_pkg} was built without {SCHED_EXT_OPTION}"
+        ))));
+    }
+    install_file(&found_config, &config)?;
+    install_file(&vmlinuz, &image)?;
+    std::fs::write(&release_file, &release).map_err(LabError::io("writing", &release_file))?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(GuestKernel {
+        image,
+        config: Some(KernelConfig {
+            release,
+            path: config,
+        }),
+    })
+}
+
+/// apt-get and apt-cache, with the host's configuration or a private one.
+struct Apt {
+    options: Vec<String>,
+}
+
+impl Apt {
+    fn host() -> Apt {
+        Apt {
+            options: Vec::new(),
+        }
+    }
+
+    /// An apt configuration of its own under `dir` for Debian's `suite`:
+    /// its own source list, package lists and cache; the host's stay as
+    /// they are. Signatures are checked with the host's Debian keyring.
+    fn private(dir: &Path, suite: &str) -> Result<Apt> {
+        for sub in ["lists/partial", "cache/archives/partial"] {
+            let d = dir.join(sub);
+            std::fs::create_dir_all(&d).map_err(LabError::io("creating", &d))?;
+        }
+        let list = dir.join("sources.list");
+        let line = format!(
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+             http://deb.debian.org/debian {suite} main\n"
+        );
+        std::fs::write(&list, line).map_err(LabError::io("writing", &list))?;
+        let opt = |k: &str, v: &Path| format!("-o{k}={}", v.display());
+        Ok(Apt {
+            options: vec![
+                opt("Dir::Etc::SourceList", &list),
+                opt("Dir::Etc::SourceParts", &dir.join("no-parts")),
+                opt("Dir::State::Lists", &dir.join("lists")),
+                opt("Dir::Cache", &dir.join("cache")),
+                // Our own lists need no lock on the host's.
+                "-oDebug::NoLocking=1".into(),
+            ],
+        })
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        c.args(&self.options);
+        c
+    }
+
+    fn update(&self) -> Result<()> {
+        run(
+            self.command("apt-get").args(["-q", "update"]),
+            "apt-get update",
+        )
+        .map(|_| ())
+    }
+
+    /// Packages `package` depends on.
+    fn depends(&self, package: &str) -> Result<Vec<String>> {
+        let out = run(
+            self.command("apt-cache").args(["depends", package]),
+            "apt-cache depends",
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .map(|p| p.trim_matches(|c| c == '<' || c == '>').to_string())
+            .collect())
+    }
+
+    /// The versioned image package the cloud meta-package names.
+    fn image_package(&self) -> Result<String> {
+        self.depends("linux-image-cloud-amd64")?
+            .into_iter()
+            .find(|p| p.starts_with("linux-image-"))
+            .ok_or_else(|| {
+                LabError::KernelPackage("linux-image-cloud-amd64 names no image package".into())
+            })
+    }
+
+    /// Downloads `packages` into `work` and unpacks them all into `work/x`.
+    fn download_and_extract(&self, packages: &[String], work: &Path) -> Result<PathBuf> {
+        let _ = std::fs::remove_dir_all(work);
+        std::fs::create_dir_all(work).map_err(LabError::io("creating", work))?;
+        run(
+            self.command("apt-get")
+                .arg("download")
+                .args(packages)
+                .current_dir(work),
+            "apt-get download",
+        )?;
+        let extracted = work.join("x");
+        for deb in files_in(work)?
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        {
+            run(
+                Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&extracted),
+                "dpkg-deb -x",
+            )?;
+        }
+        Ok(extracted)
+    }
+}
+
+/// A kernel file in an unpacked package: `boot/NAME-RELEASE` (older
+/// layout) or `usr/lib/modules/RELEASE/NAME` (newer).
+fn find_kernel_file(root: &Path, name: &str) -> Result<Option<PathBuf>> {
+    let boot = root.join("boot");
+    if boot.is_dir() {
+        if let Some(p) = files_in(&boot)?.into_iter().find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(name))
+        }) {
+            return Ok(Some(p));
+        }
+    }
+    let modules = root.join("usr/lib/modules");
+    if modules.is_dir() {
+        for release in files_in(&modules)? {
+            let p = release.join(name);
+            if p.is_file() {
+                return Ok(Some(p));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The kernel config and the release it belongs to, in either layout.
+fn find_config(root: &Path) -> Result<Option<(String, PathBuf)>> {
+    let boot = root.join("boot");
+    if boot.is_dir() {
+        for p in files_in(&boot)? {
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if let Some(release) = name.strip_prefix("config-") {
+                return Ok(Some((release.to_string(), p)));
+            }
+        }
+    }
+    let modules = root.join("usr/lib/modules");
+    if modules.is_dir() {
+        for dir in files_in(&modules)? {
+            let p = dir.join("config");
+            if p.is_file() {
+                let release = dir
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                return Ok(Some((release, p)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Copies `from` to `to` through a temporary name, so that an interrupted
+/// copy never leaves a truncated file where the cache looks.
+fn install_file(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("tmp");
+    std::fs::copy(from, &tmp).map_err(LabError::io("writing", &tmp))?;
+    std::fs::rename(&tmp, to).map_err(LabError::io("writing", to))
 }
 
 /// The entries of a directory.

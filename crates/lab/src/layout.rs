@@ -28,6 +28,10 @@ pub struct Layout {
     /// Changes applied at given times after the first command starts.
     #[serde(default, rename = "phase")]
     pub phases: Vec<PhaseSpec>,
+    /// Guest kernel: "default" (Debian's cloud kernel of the host's release)
+    /// or "sched_ext" (Debian's newest, which has sched_ext).
+    #[serde(default)]
+    pub kernel: crate::kernel::KernelChoice,
     /// Shell commands run in the guest, in order (busybox sh; vsched is on PATH).
     #[serde(default)]
     pub commands: Vec<String>,

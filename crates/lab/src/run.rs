@@ -247,7 +247,8 @@ pub fn run(
     host::sweep_stale();
     let qemu = kernel::qemu()?;
     let busybox = kernel::busybox()?;
-    let kernel_path = kernel::guest_kernel(opts.kernel.as_deref())?;
+    let guest_kernel = kernel::guest_kernel(opts.kernel.as_deref(), layout.kernel)?;
+    let kernel_path = guest_kernel.image.clone();
     let needs_bandwidth =
         (0..=layout.phases.len()).any(|p| layout.state_at(p).iter().any(|s| s.bandwidth.is_some()));
     let flavor = if needs_bandwidth {
@@ -255,7 +256,13 @@ pub fn run(
     } else {
         None
     };
-    let initrd = initramfs::build(&busybox, &opts.vsched, &layout.extra_binaries, commands)?;
+    let initrd = initramfs::build(
+        &busybox,
+        &opts.vsched,
+        &layout.extra_binaries,
+        guest_kernel.config.as_ref(),
+        commands,
+    )?;
 
     let verdict = kvm_verdict_path(&kernel_path);
     let order: Vec<Accel> = match opts.accel {

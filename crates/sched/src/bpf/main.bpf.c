@@ -22,6 +22,16 @@
 
 char _license[] SEC("license") = "GPL";
 
+/*
+ * scx's headers turn these constants into read-only variables that a loader
+ * must fill from the kernel's BTF. Ours are relocated by libbpf instead
+ * (CO-RE): the values of the running kernel's enums, with nothing to fill.
+ */
+#undef SCX_DSQ_LOCAL
+#undef SCX_KICK_IDLE
+#define VS_DSQ_LOCAL bpf_core_enum_value(enum scx_dsq_id_flags, SCX_DSQ_LOCAL)
+#define VS_KICK_IDLE bpf_core_enum_value(enum scx_kick_flags, SCX_KICK_IDLE)
+
 /* Tunables, set by the loader before load (see the `vsched sched` flags). */
 const volatile u64 slice_ns = 3000000;
 const volatile u32 nr_cpus = 1;
@@ -139,7 +149,7 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 
 		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 		if (is_idle)
-			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 		return cpu;
 	}
 	if (prev_ok && visible(prev_cpu) && is_idle_now(prev_cpu)) {
@@ -150,21 +160,21 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 		if (cpu >= 0 && !vs_keep_prev(prev_score, score(cpu)) &&
 		    scx_bpf_test_and_clear_cpu_idle(cpu)) {
 			count(VS_STAT_WAKE_BEST);
-			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 			return cpu;
 		}
 		if (scx_bpf_test_and_clear_cpu_idle(prev_cpu)) {
 			if (cpu >= 0)
 				count(VS_STAT_WAKE_PREV_OVER_STRONGER);
 			count(VS_STAT_WAKE_PREV);
-			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 			return prev_cpu;
 		}
 	}
 	cpu = find_best_idle(p, 0);
 	if (cpu >= 0 && scx_bpf_test_and_clear_cpu_idle(cpu)) {
 		count(VS_STAT_WAKE_BEST);
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 		return cpu;
 	}
 	return prev_ok ? prev_cpu : scx_bpf_task_cpu(p);
@@ -177,7 +187,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	/* Bound to one vCPU (per-CPU kthreads, pinned probers): run it there. */
 	if (p->nr_cpus_allowed == 1) {
 		count(VS_STAT_PINNED);
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
 		return;
 	}
 	if (is_idle_task(p)) {
@@ -186,7 +196,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 					 p->scx.dsq_vtime, enq_flags);
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
-			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 		return;
 	}
 	count(VS_STAT_QUEUED_NORMAL);
@@ -196,7 +206,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	cpu = find_best_idle(p, 0);
 	if (cpu >= 0) {
 		count(VS_STAT_KICKS);
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 	}
 }
 
