@@ -5,12 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Build dependencies (compilers, clang for BPF, libraries) and the build.
+bash scripts/install.sh --workspace --all-targets
+export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+
 need_apt=()
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 # The VM lab's end-to-end tests boot real guests.
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_apt+=(busybox-static)
-command -v cargo >/dev/null 2>&1 || [ -x "${HOME:-/root}/.cargo/bin/cargo" ] || need_apt+=(cargo rustc)
 lab_kernel="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/vsched/lab/vmlinuz"
 if [ ${#need_apt[@]} -gt 0 ] || [ ! -f "$lab_kernel" ]; then
   # Package lists are needed to install, and for the lab to fetch its guest
@@ -22,11 +24,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
-export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 
-echo "== cargo $(cargo --version)"
-echo "== build"
-cargo build --release --workspace --all-targets
 if ! cargo clippy --version >/dev/null 2>&1; then
   echo "== installing clippy"
   rustup component add clippy

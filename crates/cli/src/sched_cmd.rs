@@ -134,8 +134,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             break Some(info);
         }
         while let Ok(report) = reports.try_recv() {
-            let window_s = report.settings.light_ms / 1e3;
-            last_model = model::from_report(&report, tunables.rwc, window_s);
+            last_model = model::from_report(&report, tunables.rwc);
             sched.update_model(&last_model)?;
             model_updates += 1;
         }

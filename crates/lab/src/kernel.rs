@@ -105,7 +105,7 @@ fn default_kernel() -> Result<PathBuf> {
     let image = apt.image_package().map_err(need_kernel)?;
     let work = dir.join("download");
     let extracted = apt
-        .download_and_extract(&[image.clone()], &work)
+        .download_and_extract(std::slice::from_ref(&image), &work)
         .map_err(need_kernel)?;
     let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?
         .ok_or_else(|| LabError::KernelPackage("the kernel package holds no vmlinuz".into()))?;

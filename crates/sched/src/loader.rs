@@ -92,6 +92,10 @@ fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
     SchedError::Bpf { what, source, log }
 }
 
+/// `update_model` writes struct vcpu_model field by field: three u32. If
+/// intf.h grows a field, this stops the build until the writer follows.
+const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 12);
+
 /// A loaded and attached scheduler. Dropping it detaches it.
 pub struct Scheduler<'obj> {
     skel: BpfSkel<'obj>,
@@ -151,15 +155,10 @@ impl<'obj> Scheduler<'obj> {
     /// Writes the model of each vCPU into the BPF side's map.
     pub fn update_model(&self, models: &[VcpuModel]) -> Result<(), SchedError> {
         for m in models.iter().filter(|m| (m.cpu as usize) < self.nr_cpus) {
-            // struct vcpu_model: four u32 in native byte order, as intf.h
+            // struct vcpu_model: three u32 in native byte order, as intf.h
             // declares them (no padding).
-            let mut value = Vec::with_capacity(16);
-            for field in [
-                m.capacity,
-                m.visibility.bits(),
-                m.episode_mean_us,
-                m.episodes_per_s,
-            ] {
+            let mut value = Vec::with_capacity(12);
+            for field in [m.capacity, m.visibility.bits(), m.episode_mean_us] {
                 value.extend_from_slice(&field.to_ne_bytes());
             }
             self.skel

@@ -32,10 +32,10 @@ impl Visibility {
         use crate::bpf_intf as why;
         let mut b = 0;
         if self.straggler {
-            b |= why::vs_hidden_why_VS_HIDDEN_STRAGGLER as u32;
+            b |= why::vs_hidden_why_VS_HIDDEN_STRAGGLER;
         }
         if self.stacked {
-            b |= why::vs_hidden_why_VS_HIDDEN_STACKED as u32;
+            b |= why::vs_hidden_why_VS_HIDDEN_STACKED;
         }
         b
     }
@@ -48,14 +48,13 @@ pub struct VcpuModel {
     /// 1..=1024 relative to the strongest vCPU; 0 when not measured.
     pub capacity: u32,
     pub visibility: Visibility,
+    /// Mean inactive-episode length (0: none seen).
     pub episode_mean_us: u32,
-    pub episodes_per_s: u32,
 }
 
 /// The model of every vCPU in `report`, with RWC's choice applied when
-/// `rwc` is on (otherwise nothing is hidden). `window_s` is how long the
-/// report's episode counts were gathered over.
-pub fn from_report(report: &ProbeReport, rwc: bool, window_s: f64) -> Vec<VcpuModel> {
+/// `rwc` is on (otherwise nothing is hidden).
+pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
     let capacity_of = |cpu: u32| {
         report
             .vcpus
@@ -84,11 +83,6 @@ pub fn from_report(report: &ProbeReport, rwc: bool, window_s: f64) -> Vec<VcpuMo
                     stacked: rwc && keeper != v.cpu,
                 },
                 episode_mean_us: episodes.mean_us.round() as u32,
-                episodes_per_s: if window_s > 0.0 {
-                    (episodes.count as f64 / window_s).round() as u32
-                } else {
-                    0
-                },
             }
         })
         .collect();
@@ -141,28 +135,27 @@ mod tests {
             vcpu(2, 520, false, &[1]),
             vcpu(3, 100, true, &[]),
         ]);
-        let m = from_report(&r, true, 2.0);
+        let m = from_report(&r, true);
         assert_eq!(hidden(&m), vec![1, 3]);
         assert!(m[1].visibility.stacked && m[3].visibility.straggler);
-        assert_eq!(m[0].episodes_per_s, 5);
         assert_eq!(m[0].episode_mean_us, 2500);
     }
 
     #[test]
     fn a_tie_in_a_stack_keeps_the_lowest_id() {
         let r = report(vec![vcpu(0, 512, false, &[1]), vcpu(1, 512, false, &[0])]);
-        assert_eq!(hidden(&from_report(&r, true, 1.0)), vec![1]);
+        assert_eq!(hidden(&from_report(&r, true)), vec![1]);
     }
 
     #[test]
     fn without_rwc_nothing_is_hidden() {
         let r = report(vec![vcpu(0, 1024, false, &[1]), vcpu(1, 100, true, &[0])]);
-        assert!(hidden(&from_report(&r, false, 1.0)).is_empty());
+        assert!(hidden(&from_report(&r, false)).is_empty());
     }
 
     #[test]
     fn never_every_vcpu_hidden() {
         let r = report(vec![vcpu(0, 300, true, &[]), vcpu(1, 400, true, &[])]);
-        assert_eq!(hidden(&from_report(&r, true, 1.0)), vec![0]);
+        assert_eq!(hidden(&from_report(&r, true)), vec![0]);
     }
 }

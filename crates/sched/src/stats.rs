@@ -16,49 +16,49 @@ pub struct StatDef {
 /// Every counter, in the order they are shown.
 pub const STATS: &[StatDef] = &[
     StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_PREV as u32,
+        index: s::vs_stat_VS_STAT_WAKE_PREV,
         name: "wake_prev",
         help: "wake-ups placed on their previous vCPU, idle",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_BEST as u32,
+        index: s::vs_stat_VS_STAT_WAKE_BEST,
         name: "wake_best",
         help: "wake-ups placed on the strongest idle visible vCPU",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_PREV_OVER_STRONGER as u32,
+        index: s::vs_stat_VS_STAT_WAKE_PREV_OVER_STRONGER,
         name: "wake_prev_over_stronger",
         help: "of wake_prev: a stronger vCPU was idle but not by enough to move",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_QUEUED_NORMAL as u32,
+        index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
         name: "queued_normal",
         help: "normal tasks queued (no visible vCPU idle at once)",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_QUEUED_IDLE as u32,
+        index: s::vs_stat_VS_STAT_QUEUED_IDLE,
         name: "queued_idle",
         help: "SCHED_IDLE tasks queued",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_PINNED as u32,
+        index: s::vs_stat_VS_STAT_PINNED,
         name: "pinned",
         help: "tasks bound to one vCPU, run there directly",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_KICKS as u32,
+        index: s::vs_stat_VS_STAT_KICKS,
         name: "kicks",
         help: "idle vCPUs woken for a queued task",
     },
     StatDef {
-        index: s::vs_stat_VS_STAT_HIDDEN_SKIPS as u32,
+        index: s::vs_stat_VS_STAT_HIDDEN_SKIPS,
         name: "hidden_skips",
         help: "times a vCPU hidden by RWC left normal tasks waiting",
     },
 ];
 
 /// Number of counters the BPF side keeps.
-pub const NR_STATS: u32 = s::vs_stat_VS_NR_STATS as u32;
+pub const NR_STATS: u32 = s::vs_stat_VS_NR_STATS;
 
 /// Counter values, summed over CPUs, in [`STATS`] order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -45,8 +45,6 @@ struct vcpu_model {
 	u32 hidden;
 	/* Mean inactive-episode length in µs (0: none seen). */
 	u32 episode_mean_us;
-	/* Inactive episodes per second. */
-	u32 episodes_per_s;
 };
 
 /* Counters the BPF side keeps per CPU; the loader sums them. */
