@@ -64,6 +64,12 @@ pub enum BenchError {
          run target/release/vsched"
     )]
     NotLoaded,
+    /// The lab could not run a scenario's guest.
+    #[error("the lab could not run the guest")]
+    Lab(#[source] vsched_lab::LabError),
+    /// The guest ran but a scenario's results are missing.
+    #[error("{0}")]
+    Scenario(String),
     /// A run of one sync case failed; which one.
     #[error("{case} with {threads} threads, {ops} ops")]
     Case {

@@ -23,6 +23,7 @@ pub mod compare;
 pub mod cprogram;
 mod error;
 mod harness;
+pub mod sched;
 pub mod spin;
 pub mod sync;
 pub mod zoo;

@@ -13,6 +13,8 @@ pub enum BenchCommand {
     Spin(SpinBenchArgs),
     /// pthread synchronisation at 1x and 4x oversubscription: glibc vs `vsched exec`
     Sync(crate::bench_sync::SyncBenchArgs),
+    /// The kernel's default scheduler vs `vsched sched` in lab guests (RWC, capacity, overhead)
+    Sched(crate::bench_sched::SchedBenchArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -66,6 +68,7 @@ pub fn run(cmd: BenchCommand) -> Result<bool> {
             args.check()?;
             crate::bench_sync::run(args, &harness()?)
         }
+        BenchCommand::Sched(args) => crate::bench_sched::run(args),
     }
 }
 

@@ -24,7 +24,17 @@ fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, Strin
     }
     let l = layout(layout_path);
     args.push(&l);
-    let out = vsched(&args);
+    // Debian's 7.2 kernel now and then panics while booting under TCG,
+    // before any command ran (the lab says so): not vsched's doing, so
+    // that boot is repeated, at most twice.
+    let mut out = vsched(&args);
+    for _ in 0..2 {
+        if !String::from_utf8_lossy(&out.stderr).contains("panicked while booting") {
+            break;
+        }
+        eprintln!("the guest kernel panicked while booting; booting again");
+        out = vsched(&args);
+    }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
@@ -81,9 +91,9 @@ fn sigkill_of_the_loader_leaves_the_default_scheduler_and_every_task() {
     let cmd = format!(
         "sh -c 'while :; do :; done' & w=$!; \
          vsched sched -q & s=$!; {enabled}; cat /sys/kernel/sched_ext/state; \
-         before=$(ls /proc | grep -c '^[0-9]'); \
+         before=$(ps -o args | grep -vc '^\\['); \
          kill -9 $s; wait $s; {disabled}; \
-         after=$(ls /proc | grep -c '^[0-9]'); \
+         after=$(ps -o args | grep -vc '^\\['); \
          echo \"state $(cat /sys/kernel/sched_ext/state) processes $before $after\"; \
          kill -0 $w && echo 'worker alive'; kill $w",
         enabled = wait_state("enabled"),
@@ -105,6 +115,8 @@ fn sigkill_of_the_loader_leaves_the_default_scheduler_and_every_task() {
         "the kernel's own scheduler is back: {text}"
     );
     let (before, after): (i64, i64) = (f[3].parse().unwrap(), f[4].parse().unwrap());
+    // User-space processes only: kernel threads ([bracketed] in ps) come
+    // and go with sched_ext's own helpers.
     assert_eq!(after, before - 1, "only the killed loader is gone: {text}");
     assert!(text.contains("worker alive"), "{text}");
 }

@@ -113,6 +113,16 @@ pub enum LabError {
         timeout_s: f64,
         console_tail: String,
     },
+    /// The guest kernel panicked: while booting (before any command ran,
+    /// so nothing of the layout's commands can be to blame), or during them.
+    #[error(
+        "the guest kernel panicked {}; last console lines:\n{console_tail}",
+        if *during_commands { "while the commands ran" } else { "while booting, before any command ran" }
+    )]
+    GuestPanic {
+        during_commands: bool,
+        console_tail: String,
+    },
     #[error("QEMU exited ({status}) before the guest finished; QEMU said: {stderr}\nlast console lines:\n{console_tail}")]
     QemuExited {
         status: String,

@@ -527,6 +527,14 @@ fn boot_and_run(
                     .wait()
                     .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
                 let err = stderr_text.join().unwrap_or_default();
+                // The guest kernel panicked (panic=-1 reboots, -no-reboot
+                // then ends QEMU): the guest's fault, told apart from ours.
+                if console.iter().any(|l| l.contains("Kernel panic")) {
+                    return Err(LabError::GuestPanic {
+                        during_commands: first_command.is_some(),
+                        console_tail: tail(&console, CONSOLE_TAIL_LINES),
+                    });
+                }
                 return Err(LabError::QemuExited {
                     status,
                     stderr: err.trim().to_string(),

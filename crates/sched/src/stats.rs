@@ -31,6 +31,11 @@ pub const STATS: &[StatDef] = &[
         help: "of wake_prev: a stronger vCPU was idle but not by enough to move",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_MOVED_STRONGER,
+        name: "moved_stronger",
+        help: "slice-end moves to a clearly stronger idle vCPU (or off a hidden one)",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
         name: "queued_normal",
         help: "normal tasks queued (no visible vCPU idle at once)",
@@ -125,8 +130,8 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let a = Stats::from_totals(&[1, 2, 0, 5, 0, 0, 0, 0]);
-        let b = Stats::from_totals(&[4, 2, 1, 9, 0, 0, 0, 0]);
+        let a = Stats::from_totals(&[1, 2, 0, 0, 5, 0, 0, 0, 0]);
+        let b = Stats::from_totals(&[4, 2, 1, 0, 9, 0, 0, 0, 0]);
         let d = b.since(&a);
         assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
     }

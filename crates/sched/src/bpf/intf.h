@@ -54,6 +54,9 @@ enum vs_stat {
 	VS_STAT_WAKE_BEST,
 	/* Wake-ups that kept to prev although a stronger vCPU was idle. */
 	VS_STAT_WAKE_PREV_OVER_STRONGER,
+	/* Tasks moved at the end of a slice to a clearly stronger idle vCPU
+	 * (or off a vCPU RWC hides). */
+	VS_STAT_MOVED_STRONGER,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,
 	VS_STAT_QUEUED_IDLE,

@@ -28,8 +28,12 @@ char _license[] SEC("license") = "GPL";
  * (CO-RE): the values of the running kernel's enums, with nothing to fill.
  */
 #undef SCX_DSQ_LOCAL
+#undef SCX_DSQ_LOCAL_ON
 #undef SCX_KICK_IDLE
+#undef SCX_ENQ_WAKEUP
 #define VS_DSQ_LOCAL bpf_core_enum_value(enum scx_dsq_id_flags, SCX_DSQ_LOCAL)
+#define VS_DSQ_LOCAL_ON bpf_core_enum_value(enum scx_dsq_id_flags, SCX_DSQ_LOCAL_ON)
+#define VS_ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
 #define VS_KICK_IDLE bpf_core_enum_value(enum scx_kick_flags, SCX_KICK_IDLE)
 
 /* Tunables, set by the loader before load (see the `vsched sched` flags). */
@@ -184,12 +188,11 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	s32 cpu;
 
-	/* Bound to one vCPU (per-CPU kthreads, pinned probers): run it there. */
-	if (p->nr_cpus_allowed == 1) {
-		count(VS_STAT_PINNED);
-		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
-		return;
-	}
+	/*
+	 * SCHED_IDLE work, pinned or not, waits in its own queue: a vCPU takes
+	 * from it only when no normal task waits (the probers' light threads
+	 * measure exactly that leftover time).
+	 */
 	if (is_idle_task(p)) {
 		count(VS_STAT_QUEUED_IDLE);
 		scx_bpf_dsq_insert_vtime(p, VS_DSQ_IDLE, slice_ns,
@@ -198,6 +201,31 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 		return;
+	}
+	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it there. */
+	if (p->nr_cpus_allowed == 1) {
+		count(VS_STAT_PINNED);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
+		return;
+	}
+	/*
+	 * A task whose slice ended (or that was queued on a vCPU RWC now
+	 * hides) moves to a clearly stronger idle vCPU directly: nothing else
+	 * would move it, since its own vCPU consumes the queue first.
+	 */
+	if (!(enq_flags & VS_ENQ_WAKEUP)) {
+		s32 cur = scx_bpf_task_cpu(p);
+		u32 cur_score = visible(cur) ? score(cur) : 0;
+
+		cpu = find_best_idle(p, cur_score + 1);
+		if (cpu >= 0 && !vs_keep_prev(cur_score, score(cpu)) &&
+		    scx_bpf_test_and_clear_cpu_idle(cpu)) {
+			count(VS_STAT_MOVED_STRONGER);
+			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL_ON | cpu, slice_ns,
+					   enq_flags);
+			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+			return;
+		}
 	}
 	count(VS_STAT_QUEUED_NORMAL);
 	scx_bpf_dsq_insert_vtime(p, VS_DSQ_NORMAL, slice_ns,
@@ -264,5 +292,11 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .enable		= (void *)vsched_enable,
 	       .init		= (void *)vsched_init,
 	       .exit		= (void *)vsched_exit,
+	       /*
+	        * ENQ_LAST: a task whose slice ends with nothing else to run is
+	        * enqueued again rather than silently kept running, so that
+	        * enqueue can move it to a stronger vCPU or off a hidden one.
+	        */
+	       .flags		= SCX_OPS_ENQ_LAST,
 	       .timeout_ms	= 5000,
 	       .name		= "vsched");

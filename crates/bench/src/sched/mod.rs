@@ -1,0 +1,176 @@
+//! `vsched bench sched`: the kernel's default scheduler against vsched's
+//! sched_ext scheduler, in the same lab guest, run after run, alternating;
+//! and where a static placement that knows the layout exists (the
+//! "oracle": the workload pinned with taskset to the vCPUs a perfect
+//! scheduler would use), that too, as the limit to compare with.
+//!
+//! Each scenario boots one guest (lab/sched/bench-*.toml, embedded here)
+//! and runs every variant once per round, in an order that rotates from
+//! round to round, so that no variant always runs first or after the same
+//! neighbour. A run of vsched loads the scheduler, lets the probers deliver
+//! a model (`WARM_UP_S`), runs the workload and unloads; the probers' cost
+//! is part of what it measures.
+
+mod scenario;
+mod script;
+
+pub use scenario::{Goal, Scenario, SCENARIOS};
+pub use script::{guest_script, parse_results, RunLine};
+
+use crate::cprogram::{CProgram, CSource};
+use crate::BenchError;
+use serde::Serialize;
+use std::sync::atomic::AtomicBool;
+use vsched_lab::run::LabOptions;
+use vsched_lab::Layout;
+use vsched_model::stats::median;
+
+/// The workloads (cpu, barrier, pingpong), run inside the guests.
+pub const SCHEDBENCH: CSource = CSource {
+    name: "schedbench",
+    what: "the scheduler benchmark's workload program",
+    text: include_str!("../../c/schedbench.c"),
+    flags: &["-pthread", "-Wall"],
+};
+
+/// One variant's runs in one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantResult {
+    pub variant: String,
+    pub seconds: Vec<f64>,
+    pub median_s: f64,
+    /// Default's median over this one's: above 1 is faster than default.
+    pub speedup_vs_default: f64,
+}
+
+/// What one scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub workload: String,
+    pub rounds: usize,
+    pub variants: Vec<VariantResult>,
+    /// vsched's median speed as a share of the oracle's (1 = as fast).
+    pub vsched_of_oracle: Option<f64>,
+    pub goal: Goal,
+    /// Whether the goal was met (None: the scenario has no goal).
+    pub goal_met: Option<bool>,
+    /// The model vsched's last run ended with (its summary JSON).
+    pub last_vsched_summary: Option<serde_json::Value>,
+    pub accel: String,
+}
+
+/// Runs `scenario` for `rounds` rounds in a guest, `vsched` being the
+/// binary carried into it.
+pub fn run_scenario(
+    scenario: &Scenario,
+    rounds: usize,
+    opts: &LabOptions,
+    stop: &AtomicBool,
+) -> Result<ScenarioResult, BenchError> {
+    let program = CProgram::compile(&SCHEDBENCH, "sched")?;
+    let mut layout = Layout::parse(scenario.layout, &host_cpus())
+        .map_err(|e| BenchError::Lab(vsched_lab::LabError::from(e)))?;
+    layout.extra_binaries.push(program.path().to_path_buf());
+    let script = guest_script(scenario, rounds);
+    let mut attempt = 1;
+    let ran = loop {
+        match vsched_lab::run::run(&layout, std::slice::from_ref(&script), opts, stop) {
+            Ok(ran) => break ran,
+            Err(vsched_lab::LabError::GuestPanic {
+                during_commands: false,
+                console_tail,
+            }) if attempt < BOOT_ATTEMPTS => {
+                eprintln!(
+                    "{}: the guest kernel panicked while booting (attempt {attempt}; not \
+                     vsched's doing, no command had run); booting again. Console tail:\n{console_tail}",
+                    scenario.name
+                );
+                attempt += 1;
+            }
+            Err(e) => return Err(BenchError::Lab(e)),
+        }
+    };
+    let cmd = ran
+        .commands
+        .first()
+        .ok_or_else(|| BenchError::Scenario("the guest ran no command".into()))?;
+    let (lines, summary) = parse_results(&cmd.output);
+    summarize(scenario, rounds, &lines, summary, ran.accel.clone()).ok_or_else(|| {
+        BenchError::Scenario(format!("the guest's runs gave no result:\n{}", cmd.output))
+    })
+}
+
+/// Boots tried per scenario. Debian's 7.2 kernel panics now and then
+/// while booting 4 vCPUs under TCG (in ttwu_queue_wakelist, before any
+/// command ran: seen once in about ten boots here); a second boot works.
+const BOOT_ATTEMPTS: usize = 3;
+
+/// Medians, ratios and the goal's verdict from the guest's result lines.
+pub fn summarize(
+    scenario: &Scenario,
+    rounds: usize,
+    lines: &[RunLine],
+    last_vsched_summary: Option<serde_json::Value>,
+    accel: String,
+) -> Option<ScenarioResult> {
+    let mut variants: Vec<VariantResult> = scenario
+        .variants()
+        .into_iter()
+        .map(|(label, _)| {
+            let mut seconds: Vec<f64> = lines
+                .iter()
+                .filter(|l| l.variant == label)
+                .map(|l| l.seconds)
+                .collect();
+            let m = if seconds.is_empty() {
+                f64::NAN
+            } else {
+                median(&mut seconds.clone())
+            };
+            seconds.shrink_to_fit();
+            VariantResult {
+                variant: label,
+                seconds,
+                median_s: m,
+                speedup_vs_default: f64::NAN,
+            }
+        })
+        .collect();
+    let default = variants.iter().find(|v| v.variant == "default")?.median_s;
+    if !default.is_finite() {
+        return None;
+    }
+    for v in &mut variants {
+        v.speedup_vs_default = default / v.median_s;
+    }
+    let med = |name: &str| {
+        variants
+            .iter()
+            .find(|v| v.variant == name)
+            .map(|v| v.median_s)
+    };
+    let vsched = med("vsched")?;
+    let vsched_of_oracle = med("oracle").map(|o| o / vsched);
+    let speedup = default / vsched;
+    let goal_met = scenario.goal.verdict(speedup, vsched_of_oracle);
+    Some(ScenarioResult {
+        name: scenario.name,
+        what: scenario.what,
+        workload: scenario.workload.join(" "),
+        rounds,
+        variants,
+        vsched_of_oracle,
+        goal: scenario.goal,
+        goal_met,
+        last_vsched_summary,
+        accel,
+    })
+}
+
+/// The host's online CPUs (the layouts pin vCPUs to them).
+fn host_cpus() -> Vec<u32> {
+    vsched_os::affinity::thread_affinity(0)
+        .unwrap_or_else(|_| (0..vsched_os::load::online_vcpus() as u32).collect())
+}

@@ -1,0 +1,165 @@
+//! The scenarios: a layout (lab/sched/bench-*.toml), a workload, the
+//! variants beside default and vsched, and the goal from the issue, each
+//! with the paper's experiment it reproduces in miniature.
+
+use serde::Serialize;
+
+/// What vsched must achieve in a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Goal {
+    /// Default's median time over vsched's, at least.
+    pub min_speedup: f64,
+    /// vsched's speed as a share of the oracle's, at least (if there is one).
+    pub min_of_oracle: Option<f64>,
+}
+
+impl Goal {
+    /// Whether measured results meet the goal.
+    pub fn verdict(&self, speedup: f64, of_oracle: Option<f64>) -> Option<bool> {
+        let oracle_ok = match (self.min_of_oracle, of_oracle) {
+            (Some(min), Some(got)) => got >= min,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        Some(speedup >= self.min_speedup && oracle_ok)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    pub name: &'static str,
+    /// What it reproduces, for the report.
+    pub what: &'static str,
+    pub layout_file: &'static str,
+    /// The layout's TOML.
+    pub layout: &'static str,
+    /// schedbench's arguments.
+    pub workload: &'static [&'static str],
+    /// The oracle's vCPUs (taskset list), if a static placement is known.
+    pub oracle_cpus: Option<&'static str>,
+    /// Ablations: extra `vsched sched` flags, each its own column.
+    pub ablations: &'static [&'static str],
+    pub goal: Goal,
+}
+
+impl Scenario {
+    /// (label, how it runs) of every variant, default first. "how" is the
+    /// oracle's CPU list, or the vsched flags ("" for plain vsched).
+    pub fn variants(&self) -> Vec<(String, VariantKind)> {
+        let mut v = vec![
+            ("default".to_string(), VariantKind::Default),
+            ("vsched".to_string(), VariantKind::Vsched("")),
+        ];
+        for a in self.ablations {
+            v.push((format!("vsched {a}"), VariantKind::Vsched(a)));
+        }
+        if let Some(cpus) = self.oracle_cpus {
+            v.push(("oracle".to_string(), VariantKind::Oracle(cpus)));
+        }
+        v
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VariantKind {
+    Default,
+    /// vsched sched with these extra flags.
+    Vsched(&'static str),
+    /// Pinned with taskset to these vCPUs.
+    Oracle(&'static str),
+}
+
+/// Every scenario, in the order they run.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "rwc",
+        what: "vSched Fig. 4: a barrier-synchronised kernel, 4 threads on 4 vCPUs of which one \
+               is a straggler (10% cap) and two are stacked on one host CPU",
+        layout_file: "lab/sched/bench-rwc.toml",
+        layout: include_str!("../../../../lab/sched/bench-rwc.toml"),
+        workload: &["barrier", "4", "100", "400000"],
+        oracle_cpus: Some("0,1"),
+        ablations: &["--no-rwc"],
+        goal: Goal {
+            min_speedup: 1.5,
+            min_of_oracle: Some(0.8),
+        },
+    },
+    Scenario {
+        name: "capacity",
+        what: "vSched §5.3 in miniature: one CPU-bound thread on 2 vCPUs, one of them capped \
+               at 50% (the other twice as strong)",
+        layout_file: "lab/sched/bench-capacity.toml",
+        layout: include_str!("../../../../lab/sched/bench-capacity.toml"),
+        workload: &["cpu", "1", "200000000"],
+        oracle_cpus: Some("0"),
+        ablations: &["--no-capacity"],
+        goal: Goal {
+            min_speedup: 1.3,
+            min_of_oracle: Some(0.8),
+        },
+    },
+    Scenario {
+        name: "overhead-cpu",
+        what: "overhead: 2 CPU-bound threads on 2 dedicated vCPUs (nothing to gain)",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["cpu", "2", "200000000"],
+        oracle_cpus: None,
+        ablations: &[],
+        goal: Goal {
+            min_speedup: 0.97,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
+        name: "overhead-pingpong",
+        what: "overhead: one pair of threads passing a byte through pipes on 2 dedicated vCPUs \
+               (context-switch bound)",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["pingpong", "1", "20000"],
+        oracle_cpus: None,
+        ablations: &[],
+        goal: Goal {
+            min_speedup: 0.97,
+            min_of_oracle: None,
+        },
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_layout_parses_and_names_no_extra_binary() {
+        for s in SCENARIOS {
+            let l = vsched_lab::Layout::parse(s.layout, &[0, 1])
+                .unwrap_or_else(|e| panic!("{}: {e}", s.layout_file));
+            assert!(
+                l.extra_binaries.is_empty(),
+                "{}: the bench adds the workload",
+                s.name
+            );
+            assert_eq!(
+                l.kernel,
+                vsched_lab::kernel::KernelChoice::SchedExt,
+                "{}",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn goals_need_both_speedup_and_oracle_share() {
+        let g = Goal {
+            min_speedup: 1.5,
+            min_of_oracle: Some(0.8),
+        };
+        assert_eq!(g.verdict(2.0, Some(0.9)), Some(true));
+        assert_eq!(g.verdict(2.0, Some(0.7)), Some(false));
+        assert_eq!(g.verdict(1.4, Some(0.9)), Some(false));
+        assert_eq!(g.verdict(2.0, None), Some(false));
+    }
+}

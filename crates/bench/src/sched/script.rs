@@ -1,0 +1,146 @@
+//! The shell script a scenario runs in its guest, and the parsing of what
+//! it prints: one line per run, "@@run VARIANT ROUND elapsed_s SECONDS".
+
+use super::scenario::{Scenario, VariantKind};
+
+/// Seconds the probers get before a vsched run starts its workload: the
+/// first probe step (light and heavy windows and a full topology probe of
+/// up to 4 vCPUs) takes 1-2 s under TCG.
+pub const WARM_UP_S: u32 = 3;
+
+/// Result line marker.
+const RUN: &str = "@@run";
+/// Marker of the last vsched run's summary JSON (one line).
+const SUMMARY: &str = "@@summary";
+
+/// One run's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLine {
+    pub variant: String,
+    pub round: usize,
+    pub seconds: f64,
+}
+
+/// The guest script: `rounds` rounds, every variant once per round, the
+/// order rotated by one each round.
+pub fn guest_script(s: &Scenario, rounds: usize) -> String {
+    let workload = format!("schedbench {}", s.workload.join(" "));
+    let mut out = String::from(
+        "wait_state() { for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }\n",
+    );
+    let variants = s.variants();
+    for round in 0..rounds {
+        for k in 0..variants.len() {
+            let (label, kind) = &variants[(k + round) % variants.len()];
+            let report = |cmd: &str| format!("echo \"{RUN} {label} {round} $({cmd})\"\n");
+            match kind {
+                VariantKind::Default => out.push_str(&report(&workload)),
+                VariantKind::Oracle(cpus) => {
+                    out.push_str(&report(&format!("taskset -c {cpus} {workload}")))
+                }
+                VariantKind::Vsched(flags) => {
+                    out.push_str(&format!(
+                        "vsched sched -q {flags} --stats-json /tmp/sched.json & S=$!\n\
+                         wait_state enabled && sleep {WARM_UP_S}\n"
+                    ));
+                    out.push_str(&report(&workload));
+                    out.push_str(&format!(
+                        "kill $S; wait $S; wait_state disabled\n\
+                         echo \"{SUMMARY} $(tr -d '\\n' < /tmp/sched.json)\"\n"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Result lines, and the last vsched summary, from the guest's output.
+pub fn parse_results(output: &str) -> (Vec<RunLine>, Option<serde_json::Value>) {
+    let mut runs = Vec::new();
+    let mut summary = None;
+    for line in output.lines() {
+        if let Some(rest) = line.strip_prefix(SUMMARY) {
+            if let Ok(v) = serde_json::from_str(rest.trim()) {
+                summary = Some(v);
+            }
+            continue;
+        }
+        let Some(rest) = line.strip_prefix(RUN) else {
+            continue;
+        };
+        // "vsched --no-rwc 3 elapsed_s 1.25": the label may have spaces.
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() < 4 || f[f.len() - 2] != "elapsed_s" {
+            continue;
+        }
+        let (Ok(round), Ok(seconds)) = (f[f.len() - 3].parse(), f[f.len() - 1].parse()) else {
+            continue;
+        };
+        runs.push(RunLine {
+            variant: f[..f.len() - 3].join(" "),
+            round,
+            seconds,
+        });
+    }
+    (runs, summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::SCENARIOS;
+
+    #[test]
+    fn every_variant_runs_once_per_round_in_rotating_order() {
+        let s = &SCENARIOS[0];
+        let rounds = 3;
+        let script = guest_script(s, rounds);
+        let labels: Vec<String> = s.variants().into_iter().map(|(l, _)| l).collect();
+        // The variants in the order they run, round by round.
+        let order: Vec<(usize, String)> = script
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("echo \"{RUN} ")))
+            .map(|rest| {
+                let head = rest.split(" $(").next().unwrap();
+                let (label, round) = head.rsplit_once(' ').unwrap();
+                (round.parse().unwrap(), label.to_string())
+            })
+            .collect();
+        assert_eq!(order.len(), rounds * labels.len(), "{script}");
+        for r in 0..rounds {
+            let this: Vec<&String> = order
+                .iter()
+                .filter(|(x, _)| *x == r)
+                .map(|(_, l)| l)
+                .collect();
+            let expected: Vec<&String> = (0..labels.len())
+                .map(|k| &labels[(k + r) % labels.len()])
+                .collect();
+            assert_eq!(this, expected, "round {r}: {script}");
+        }
+    }
+
+    #[test]
+    fn results_and_summary_are_read_back() {
+        let out = "noise\n@@run default 0 elapsed_s 2.5\n@@run vsched --no-rwc 1 elapsed_s 1.25\n\
+                   @@run oracle 0 elapsed_s \n@@summary {\"model_updates\": 3}\n";
+        let (runs, summary) = parse_results(out);
+        assert_eq!(
+            runs,
+            vec![
+                RunLine {
+                    variant: "default".into(),
+                    round: 0,
+                    seconds: 2.5
+                },
+                RunLine {
+                    variant: "vsched --no-rwc".into(),
+                    round: 1,
+                    seconds: 1.25
+                },
+            ]
+        );
+        assert_eq!(summary.unwrap()["model_updates"], 3);
+    }
+}

@@ -1,0 +1,124 @@
+//! `vsched bench sched`: its command line and its table. The scenarios,
+//! the guest script, medians and goals are vsched-bench's `sched` module.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use vsched_bench::sched::{self, ScenarioResult, SCENARIOS};
+use vsched_lab::{Accel, LabOptions};
+
+#[derive(Args, Debug)]
+#[command(after_long_help = "\
+WHAT IT RUNS
+  Each scenario boots one lab guest with a sched_ext kernel (Debian's newest
+  cloud kernel, fetched by the lab) and runs a workload (crates/bench/c/
+  schedbench.c, compiled with cc and carried into the guest) under every
+  variant once per round, rotating the order each round:
+    default   the kernel's own scheduler
+    vsched    `vsched sched` loaded, probers warmed up for 3 s first
+    vsched F  the same with a technique switched off (ablation)
+    oracle    the workload pinned with taskset to the vCPUs a scheduler
+              that knew the layout would use: the limit
+  Scenarios:
+    rwc                barrier kernel, 4 threads, 4 vCPUs: a straggler (10%
+                       cap) and a stacked pair (vSched Fig. 4); goal: 1.5x the
+                       default and 80% of the oracle
+    capacity           one CPU-bound thread, 2 vCPUs, one capped at 50%
+                       (vSched 5.3); goal: 1.3x and 80% of the oracle
+    overhead-cpu       2 CPU-bound threads on 2 dedicated vCPUs; goal: within 3%
+    overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
+  speedup = default's median time / the variant's. Under TCG emulation every
+  scheduler callback and context switch is emulated too (docs/sched.md).
+
+  Needs what the lab needs (root, qemu-system-x86, busybox-static) and a C
+  compiler.
+
+EXAMPLES
+  vsched bench sched                        every scenario, 5 rounds
+  vsched bench sched --only rwc --rounds 9
+  vsched bench sched --json > sched.json")]
+pub struct SchedBenchArgs {
+    /// Run only this scenario (repeatable): rwc, capacity, overhead-cpu, overhead-pingpong
+    #[arg(long, value_name = "NAME")]
+    only: Vec<String>,
+
+    /// Rounds per scenario (every variant runs once per round; medians are reported)
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: SchedBenchArgs) -> Result<bool> {
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    for name in &args.only {
+        if !SCENARIOS.iter().any(|s| s.name == name) {
+            let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+            bail!("no scenario {name:?}; there are: {}", names.join(", "));
+        }
+    }
+    crate::signals::catch();
+    let opts = LabOptions {
+        kernel: None,
+        accel: Accel::Auto,
+        vsched: std::env::current_exe().context("locating the vsched binary")?,
+    };
+    let mut results = Vec::new();
+    for s in SCENARIOS
+        .iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.name))
+    {
+        eprintln!("== {} ({} rounds): {}", s.name, args.rounds, s.what);
+        let r = sched::run_scenario(s, args.rounds, &opts, &crate::signals::STOP)
+            .with_context(|| format!("scenario {}", s.name))?;
+        if !args.json {
+            print_table(&r);
+        }
+        results.push(r);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(true)
+}
+
+fn print_table(r: &ScenarioResult) {
+    println!(
+        "{} ({}, {} rounds; workload: schedbench {})",
+        r.name, r.accel, r.rounds, r.workload
+    );
+    println!(
+        "  {:<22} {:>9} {:>8}  runs (s)",
+        "variant", "median s", "speedup"
+    );
+    for v in &r.variants {
+        let runs: Vec<String> = v.seconds.iter().map(|s| format!("{s:.3}")).collect();
+        println!(
+            "  {:<22} {:>9.3} {:>7.2}x  {}",
+            v.variant,
+            v.median_s,
+            v.speedup_vs_default,
+            runs.join(" ")
+        );
+    }
+    if let Some(o) = r.vsched_of_oracle {
+        println!("  vsched reaches {:.0}% of the oracle's speed", o * 100.0);
+    }
+    let goal = match r.goal.min_of_oracle {
+        Some(min) => format!(
+            "speedup >= {:.2}x and >= {:.0}% of the oracle",
+            r.goal.min_speedup,
+            min * 100.0
+        ),
+        None => format!("speedup >= {:.2}x", r.goal.min_speedup),
+    };
+    let verdict = match r.goal_met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "-",
+    };
+    println!("  goal: {goal}: {verdict}\n");
+}
