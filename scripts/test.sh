@@ -35,7 +35,8 @@ echo "== tests"
 # Tests that cannot create their condition here (see common::skip) say so
 # in this file; it is listed at the end so that no skip goes unnoticed.
 export VSCHED_SKIP_LOG="$PWD/target/skipped-tests.txt"
-rm -f "$VSCHED_SKIP_LOG"
+export VSCHED_NOTE_LOG="$PWD/target/noted-events.txt"
+rm -f "$VSCHED_SKIP_LOG" "$VSCHED_NOTE_LOG"
 # Integration tests serialise themselves (they probe the whole machine).
 cargo test --release --workspace --all-targets
 echo "== loom model checks of the synchronisation runtime"
@@ -46,4 +47,8 @@ if [ -s "$VSCHED_SKIP_LOG" ]; then
   sed 's/^/   /' "$VSCHED_SKIP_LOG"
 else
   echo "== no test skipped"
+fi
+if [ -s "$VSCHED_NOTE_LOG" ]; then
+  echo "== $(wc -l < "$VSCHED_NOTE_LOG") event(s) outside vsched the tests worked around:"
+  sed 's/^/   /' "$VSCHED_NOTE_LOG"
 fi

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! Compiles src/bpf/main.bpf.c with clang (BPF target) against the sched_ext
 //! headers and vmlinux.h that scx_cargo bundles, and generates the Rust
 //! skeleton (bpf_skel.rs) and the shared definitions of intf.h (bpf_intf.rs).

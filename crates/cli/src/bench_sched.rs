@@ -120,5 +120,9 @@ fn print_table(r: &ScenarioResult) {
         Some(false) => "MISSED",
         None => "-",
     };
-    println!("  goal: {goal}: {verdict}\n");
+    println!("  goal: {goal}: {verdict}");
+    for p in &r.guest_panics {
+        println!("  note: the guest kernel panicked {p}; the scenario ran again");
+    }
+    println!();
 }

@@ -134,9 +134,21 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             break Some(info);
         }
         while let Ok(report) = reports.try_recv() {
-            last_model = model::from_report(&report, tunables.rwc);
-            sched.update_model(&last_model)?;
+            let new_model = model::from_report(&report, tunables.rwc);
+            sched.update_model(&new_model)?;
             model_updates += 1;
+            // A line whenever what RWC hides changes (and for the first
+            // model): the event a user, or a benchmark waiting for the
+            // model, looks for.
+            let hidden =
+                |m: &[vsched_sched::VcpuModel]| m.iter().map(|v| v.visibility).collect::<Vec<_>>();
+            if model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
+                eprintln!(
+                    "vsched sched: model {model_updates}: {}",
+                    describe(&new_model)
+                );
+            }
+            last_model = new_model;
         }
         if let Some(c) = child.as_mut() {
             if let Some(status) = c.try_wait().context("waiting for the program")? {
@@ -201,6 +213,27 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         (None, Some(_)) => 1,
         (None, None) => 0,
     })
+}
+
+/// "vCPU 0 1024, vCPU 1 512 hidden (stacked)".
+fn describe(models: &[vsched_sched::VcpuModel]) -> String {
+    models
+        .iter()
+        .map(|m| {
+            let cap = if m.capacity == 0 {
+                "?".to_string()
+            } else {
+                m.capacity.to_string()
+            };
+            let why = match (m.visibility.straggler, m.visibility.stacked) {
+                (true, _) => " hidden (straggler)",
+                (_, true) => " hidden (stacked)",
+                _ => "",
+            };
+            format!("vCPU {} {cap}{why}", m.cpu)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn on_off(b: bool) -> &'static str {

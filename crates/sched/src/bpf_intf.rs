@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! src/bpf/intf.h as bindgen translated it (build.rs): the definitions the
 //! BPF side and this crate share.
 #![allow(

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! Why the scheduler could not be loaded, or stopped.
 
 use std::path::PathBuf;

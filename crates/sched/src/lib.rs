@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! vsched's sched_ext scheduler: a BPF scheduler (src/bpf/main.bpf.c) that
 //! the kernel runs in place of its default one while `vsched sched` keeps
 //! it loaded, and the Rust side that loads it, feeds it the vCPU model the

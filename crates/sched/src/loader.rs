@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! Opening, loading and attaching the BPF scheduler; writing the model into
 //! it; reading its counters and why the kernel ejected it, if it did.
 //!

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! What the BPF side is told about each vCPU, derived from a probe report:
 //! its capacity, and whether RWC (vSched's "restricted vCPU candidates")
 //! keeps normal tasks off it.

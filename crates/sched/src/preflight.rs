@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! Checks before loading: does the kernel have sched_ext, may we load, and
 //! is another scheduler already loaded? Each refusal says what to do.
 

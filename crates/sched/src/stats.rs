@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! The BPF side's counters, declared once as data: their index in the
 //! per-CPU `stats` map (intf.h's `vs_stat`), a name for JSON and a line of
 //! explanation for people.
@@ -34,6 +33,11 @@ pub const STATS: &[StatDef] = &[
         index: s::vs_stat_VS_STAT_MOVED_STRONGER,
         name: "moved_stronger",
         help: "slice-end moves to a clearly stronger idle vCPU (or off a hidden one)",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_KEPT_RUNNING,
+        name: "kept_running",
+        help: "slice ends with nothing waiting: the task stays on its vCPU",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
@@ -130,8 +134,8 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let a = Stats::from_totals(&[1, 2, 0, 0, 5, 0, 0, 0, 0]);
-        let b = Stats::from_totals(&[4, 2, 1, 0, 9, 0, 0, 0, 0]);
+        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 5, 0, 0, 0, 0]);
+        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 9, 0, 0, 0, 0]);
         let d = b.since(&a);
         assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
     }

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: GPL-2.0
 //! The BPF scheduler's decision functions (src/bpf/policy.h), compiled for
 //! the host with the system C compiler and run: the same source the BPF
 //! object is built from, tested without a kernel.

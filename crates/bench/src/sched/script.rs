@@ -3,10 +3,14 @@
 
 use super::scenario::{Scenario, VariantKind};
 
-/// Seconds the probers get before a vsched run starts its workload: the
-/// first probe step (light and heavy windows and a full topology probe of
-/// up to 4 vCPUs) takes 1-2 s under TCG.
-pub const WARM_UP_S: u32 = 3;
+/// A vsched run starts its workload this long after the first model
+/// reached the scheduler ("vsched sched: model 1: ..."), so that the first
+/// report's EMA has a second report to settle with.
+pub const SETTLE_S: u32 = 1;
+/// Longest wait for the first model, in tenths of a second: the first
+/// probe step (light and heavy windows, a full topology probe of up to 4
+/// vCPUs) takes 1-3 s under TCG.
+const MODEL_WAIT_TENTHS: u32 = 200;
 
 /// Result line marker.
 const RUN: &str = "@@run";
@@ -28,6 +32,9 @@ pub fn guest_script(s: &Scenario, rounds: usize) -> String {
     let mut out = String::from(
         "wait_state() { for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }\n",
     );
+    out.push_str(&format!(
+        "wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n"
+    ));
     let variants = s.variants();
     for round in 0..rounds {
         for k in 0..variants.len() {
@@ -40,8 +47,8 @@ pub fn guest_script(s: &Scenario, rounds: usize) -> String {
                 }
                 VariantKind::Vsched(flags) => {
                     out.push_str(&format!(
-                        "vsched sched -q {flags} --stats-json /tmp/sched.json & S=$!\n\
-                         wait_state enabled && sleep {WARM_UP_S}\n"
+                        "vsched sched -q {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
+                         wait_state enabled && wait_model && sleep {SETTLE_S}\n"
                     ));
                     out.push_str(&report(&workload));
                     out.push_str(&format!(

@@ -23,16 +23,29 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// A skipped test must still have checked whatever it could.
 pub fn skip(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
-    if let Some(path) = std::env::var_os("VSCHED_SKIP_LOG") {
+    append_line("VSCHED_SKIP_LOG", &format!("{test}: {why}\n"));
+}
+
+/// Records something outside vsched that a test worked around (a guest
+/// kernel that panicked and was booted again): on stderr at once, and in
+/// the file named by `VSCHED_NOTE_LOG`, which scripts/test.sh lists at the
+/// end, so that it is never hidden.
+#[allow(dead_code)] // not every test binary that includes common uses it
+pub fn note(test: &str, what: &str) {
+    eprintln!("NOTE {test}: {what}");
+    append_line("VSCHED_NOTE_LOG", &format!("{test}: {what}\n"));
+}
+
+fn append_line(variable: &str, line: &str) {
+    if let Some(path) = std::env::var_os(variable) {
         use std::io::Write;
-        let line = format!("{test}: {why}\n");
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = appended {
-            eprintln!("could not record the skip in {path:?}: {e}");
+            eprintln!("could not record this in {path:?}: {e}");
         }
     }
 }
