@@ -172,7 +172,10 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             printed = now;
             last_print = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Every wake-up of this loop is a task the scheduler must fit in
+        // beside the user's: 10 per second is prompt enough for Ctrl-C,
+        // a program's exit and new models.
+        std::thread::sleep(Duration::from_millis(100));
     };
     let totals = sched.stats()?;
     let exit_after = sched.detach();

@@ -37,7 +37,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_KEPT_RUNNING,
         name: "kept_running",
-        help: "slice ends with nothing waiting: the task stays on its vCPU",
+        help: "slice ends where no waiting task was owed the vCPU: the task stays",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,

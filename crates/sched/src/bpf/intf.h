@@ -57,7 +57,7 @@ enum vs_stat {
 	/* Tasks moved at the end of a slice to a clearly stronger idle vCPU
 	 * (or off a vCPU RWC hides). */
 	VS_STAT_MOVED_STRONGER,
-	/* Tasks whose slice ended with nothing waiting: kept on their vCPU. */
+	/* Tasks whose slice ended and that no waiting task was owed: kept on their vCPU. */
 	VS_STAT_KEPT_RUNNING,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,

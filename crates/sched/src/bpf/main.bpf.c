@@ -184,6 +184,15 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 	return prev_ok ? prev_cpu : scx_bpf_task_cpu(p);
 }
 
+/* Whether `p`, at the end of its slice, is owed its vCPU before every
+ * waiting normal task. */
+static bool keeps_its_vcpu(struct task_struct *p)
+{
+	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(VS_DSQ_NORMAL);
+
+	return !head || vs_keeps_vcpu(p->scx.dsq_vtime, head->scx.dsq_vtime);
+}
+
 void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	s32 cpu;
@@ -212,12 +221,14 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	 * A task whose slice ended (or that was queued on a vCPU RWC now
 	 * hides) moves to a clearly stronger idle vCPU directly: nothing else
 	 * would move it, since its own vCPU consumes the queue first.
-	 * Otherwise it stays where it ran: straight back onto its vCPU when
-	 * nothing waits, else into the queue its vCPU takes from next, with no
-	 * idle vCPU kicked. Kicking one made the two race for the task, which
-	 * then changed vCPUs at every slice end; under TCG that cost a
-	 * CPU-bound thread 40% of its speed (measured: 0.50 s against 0.37 s
-	 * for `schedbench cpu 1 200000000` on two free vCPUs).
+	 * Otherwise it stays where it ran: straight back onto its vCPU unless
+	 * a waiting task is owed the vCPU first (lower virtual time), else
+	 * into the queue, with no idle vCPU kicked. Kicking one made the two
+	 * race for the task, which then changed vCPUs at every slice end;
+	 * under TCG that cost a CPU-bound thread 40% of its speed (measured:
+	 * 0.50 s against 0.37 s for `schedbench cpu 1 200000000` on two free
+	 * vCPUs). Yielding to any waiting task, owed or not, swapped two
+	 * CPU-bound threads between vCPUs whenever a third task woke.
 	 */
 	if (!(enq_flags & VS_ENQ_WAKEUP)) {
 		s32 cur = scx_bpf_task_cpu(p);
@@ -233,7 +244,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 			return;
 		}
-		if (cur_visible && !scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL)) {
+		if (cur_visible && keeps_its_vcpu(p)) {
 			count(VS_STAT_KEPT_RUNNING);
 			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
 			return;

@@ -63,4 +63,14 @@ static inline u64 vs_queue_vtime(u64 task_vtime, u64 clock, u64 slice_ns)
 	return task_vtime;
 }
 
+/*
+ * Whether a task whose slice ended keeps its vCPU rather than queue behind
+ * the first waiting task: when it is not behind that task in virtual time.
+ * It pays for every slice it runs, so it falls behind and yields in turn.
+ */
+static inline int vs_keeps_vcpu(u64 task_vtime, u64 head_vtime)
+{
+	return task_vtime <= head_vtime;
+}
+
 #endif /* VSCHED_POLICY_H */

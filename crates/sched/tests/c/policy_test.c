@@ -51,6 +51,11 @@ int main(void)
 	CHECK(vs_queue_vtime(99000000, 100000000, 3000000) == 99000000);
 	CHECK(vs_queue_vtime(5, 1000, 3000000) == 5); /* clock below a slice */
 
+	/* At a slice end, keep the vCPU unless a waiting task is owed it. */
+	CHECK(vs_keeps_vcpu(100, 100));
+	CHECK(vs_keeps_vcpu(99, 100));
+	CHECK(!vs_keeps_vcpu(101, 100));
+
 	if (failures)
 		return 1;
 	printf("policy: all checks passed\n");
