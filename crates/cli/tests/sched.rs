@@ -224,3 +224,47 @@ fn rwc_keeps_normal_tasks_off_the_vcpu_it_hides() {
         "control: without RWC the workers do use vCPU {hidden_cpu}: ticks {control:?}\n{without}"
     );
 }
+
+/// `vsched bench sched` end to end, one round of one scenario: every
+/// variant ran and gave a time. Times are not asserted here (a shared
+/// machine makes single runs meaningless); docs/benchmarks.md has the
+/// medians of full runs.
+#[test]
+fn bench_sched_runs_every_variant_of_a_scenario() {
+    let _guard = common::serial();
+    let out = vsched(&["bench", "sched", "--only", "rwc", "--rounds", "1", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for line in stderr.lines().filter(|l| l.contains("panicked")) {
+        common::note("bench_sched_runs_every_variant_of_a_scenario", line);
+    }
+    let r: Value = serde_json::from_str(&stdout).unwrap();
+    let variants: Vec<(&str, f64)> = r[0]["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["variant"].as_str().unwrap(),
+                v["median_s"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+    assert_eq!(
+        names,
+        ["default", "vsched", "vsched --no-rwc", "oracle"],
+        "{stdout}"
+    );
+    assert!(
+        variants.iter().all(|v| v.1.is_finite() && v.1 > 0.0),
+        "every variant has a time: {stdout}"
+    );
+    assert!(
+        r[0]["last_vsched_summary"]["model"]
+            .as_array()
+            .is_some_and(|m| m.len() == 4),
+        "the vsched runs reported their model: {stdout}"
+    );
+}

@@ -24,6 +24,10 @@ pub struct VcpuSample {
     pub hypervisor_frac: f64,
     pub hidden_frac: f64,
     pub reported_steal_frac: f64,
+    /// The light window's prober waited behind guest tasks for so much of
+    /// it (more than `BLIND_GUEST_SHARE`) that it could not see what the
+    /// hypervisor took: `hypervisor_frac` and `hidden_frac` mean nothing.
+    pub hypervisor_blind: bool,
     /// Share taken by guest work that outranks normal tasks (heavy phase
     /// only: `None` without one).
     pub preempted_frac: Option<f64>,
@@ -32,6 +36,15 @@ pub struct VcpuSample {
     /// Inactive-episode lengths seen in either window.
     pub episodes_ns: Vec<u64>,
 }
+
+/// A light window whose prober waited behind guest tasks for more than this
+/// share of it is blind to the hypervisor. The prober tells "the vCPU was
+/// off" from "a guest task ran" by its own run delay, and while it waits
+/// behind a task it waits through the vCPU's off periods too, which then
+/// read as guest time. Found with a CPU-bound task on a vCPU capped at 50%
+/// (10 ms period): the vCPU read 80% available. A quarter of a 100 ms
+/// window is still several periods of a typical cap to time.
+pub const BLIND_GUEST_SHARE: f64 = 0.75;
 
 impl VcpuSample {
     /// Combines the windows measured on one vCPU. Either may be missing.
@@ -45,6 +58,7 @@ impl VcpuSample {
         // not distort the vCPU); the heavy one stands in when it is all we have.
         let steal_source = light.or(heavy);
         let hypervisor_frac = steal_source.map_or(0.0, Timeline::hypervisor_frac);
+        let hypervisor_blind = light.is_some_and(|t| t.guest_frac() > BLIND_GUEST_SHARE);
         let preempted_frac = heavy.map(Timeline::guest_frac);
         let mut episodes_ns = Vec::new();
         for t in light.into_iter().chain(heavy) {
@@ -54,6 +68,7 @@ impl VcpuSample {
             cpu,
             available_frac: (1.0 - hypervisor_frac - preempted_frac.unwrap_or(0.0)).clamp(0.0, 1.0),
             hypervisor_frac,
+            hypervisor_blind,
             hidden_frac: steal_source.map_or(0.0, Timeline::hidden_frac),
             reported_steal_frac: steal_source.map_or(0.0, Timeline::reported_steal_frac),
             preempted_frac,
@@ -96,11 +111,15 @@ impl VcpuEstimate {
     }
 
     /// Folds in a sample taken at `now_s`. Quantities only a heavy window
-    /// measures (speed, pre-emption) are left alone by light-only samples.
+    /// measures (speed, pre-emption) are left alone by light-only samples,
+    /// and the hypervisor's share by a window blind to it (the estimate
+    /// keeps its last reading until the prober runs again).
     pub fn update(&mut self, s: &VcpuSample, now_s: f64) {
         self.updates += 1;
-        self.hypervisor.update_at(s.hypervisor_frac, now_s);
-        self.hidden.update_at(s.hidden_frac, now_s);
+        if !s.hypervisor_blind {
+            self.hypervisor.update_at(s.hypervisor_frac, now_s);
+            self.hidden.update_at(s.hidden_frac, now_s);
+        }
         self.reported_steal.update_at(s.reported_steal_frac, now_s);
         if let Some(p) = s.preempted_frac {
             self.preempted.update_at(p, now_s);
@@ -255,6 +274,53 @@ mod tests {
         assert_eq!(e.episodes().count as usize, EPISODE_HISTORY);
         assert!((e.raw_capacity().unwrap() - 5.0).abs() < 1e-9);
         assert_eq!(e.updates, 2);
+    }
+
+    /// Regression: a capped vCPU running a CPU-bound task read 80%
+    /// available instead of 50%, its light prober waiting behind the task
+    /// through the off periods.
+    #[test]
+    fn a_window_blind_to_the_hypervisor_keeps_the_last_reading() {
+        let mut e = VcpuEstimate::new(0, 1.0);
+        let seen = VcpuSample {
+            hypervisor_frac: 0.5,
+            ..Default::default()
+        };
+        e.update(&seen, 0.0);
+        let blind = VcpuSample {
+            hypervisor_frac: 0.1,
+            hypervisor_blind: true,
+            ..Default::default()
+        };
+        for t in 1..5 {
+            e.update(&blind, t as f64);
+        }
+        assert!(
+            (e.available_frac() - 0.5).abs() < 1e-9,
+            "{}",
+            e.available_frac()
+        );
+    }
+
+    #[test]
+    fn a_light_window_mostly_spent_behind_guest_tasks_is_blind() {
+        let t = |guest_ms: u64| Timeline {
+            cpu: 0,
+            phase: crate::timeline::Phase::Light,
+            window_ns: 100_000_000,
+            work_units: 0,
+            reported_steal_ns: 0,
+            gaps: vec![crate::timeline::Gap {
+                start_ns: 0,
+                len_ns: 90_000_000,
+                guest_ns: guest_ms * 1_000_000,
+                hidden_ns: 0,
+            }],
+            median_chunk_speed: None,
+        };
+        let f = EpisodeFilter::default();
+        assert!(VcpuSample::from_timelines(0, Some(&t(80)), None, &f).hypervisor_blind);
+        assert!(!VcpuSample::from_timelines(0, Some(&t(50)), None, &f).hypervisor_blind);
     }
 
     #[test]

@@ -25,6 +25,12 @@ enum vs_consts {
 	/* Dispatch queue of SCHED_IDLE tasks: consumed only when no normal
 	 * task waits, and the only queue a hidden vCPU consumes. */
 	VS_DSQ_IDLE = 1,
+	/* SCHED_IDLE tasks bound to one vCPU (the probers' light threads)
+	 * wait in that vCPU's own queue, id VS_DSQ_IDLE_PINNED + cpu: in the
+	 * shared one they sat behind another vCPU's pinned task while their
+	 * own vCPU went idle (measured: the light prober ran 15% of its
+	 * window on an idle vCPU). */
+	VS_DSQ_IDLE_PINNED = 16,
 };
 
 /* Why RWC hides a vCPU from normal tasks (bits of vcpu_model.hidden). */

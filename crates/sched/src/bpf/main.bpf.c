@@ -204,6 +204,14 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (is_idle_task(p)) {
 		count(VS_STAT_QUEUED_IDLE);
+		if (p->nr_cpus_allowed == 1) {
+			cpu = scx_bpf_task_cpu(p);
+			scx_bpf_dsq_insert_vtime(p, VS_DSQ_IDLE_PINNED + cpu,
+						 slice_ns, p->scx.dsq_vtime,
+						 enq_flags);
+			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+			return;
+		}
 		scx_bpf_dsq_insert_vtime(p, VS_DSQ_IDLE, slice_ns,
 					 p->scx.dsq_vtime, enq_flags);
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
@@ -282,6 +290,8 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 	} else if (scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL)) {
 		count(VS_STAT_HIDDEN_SKIPS);
 	}
+	if (scx_bpf_dsq_move_to_local(VS_DSQ_IDLE_PINNED + cpu, 0))
+		return;
 	scx_bpf_dsq_move_to_local(VS_DSQ_IDLE, 0);
 }
 
@@ -308,10 +318,22 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 {
 	s32 err;
 
+	s32 cpu;
+
 	err = scx_bpf_create_dsq(VS_DSQ_NORMAL, -1);
 	if (err)
 		return err;
-	return scx_bpf_create_dsq(VS_DSQ_IDLE, -1);
+	err = scx_bpf_create_dsq(VS_DSQ_IDLE, -1);
+	if (err)
+		return err;
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		err = scx_bpf_create_dsq(VS_DSQ_IDLE_PINNED + cpu, -1);
+		if (err)
+			return err;
+	}
+	return 0;
 }
 
 void BPF_STRUCT_OPS(vsched_exit, struct scx_exit_info *ei)
