@@ -75,6 +75,10 @@ pub fn run_scenario(
     let mut layout = Layout::parse(scenario.layout, &host_cpus())
         .map_err(|e| BenchError::Lab(vsched_lab::LabError::from(e)))?;
     layout.extra_binaries.push(program.path().to_path_buf());
+    // Every run takes a few seconds (a vsched run waits for its model
+    // first): give each, with its load and unload, up to RUN_BUDGET_S.
+    let runs = rounds * scenario.variants().len();
+    layout.run_timeout_s = layout.run_timeout_s.max(30.0 + runs as f64 * RUN_BUDGET_S);
     let script = guest_script(scenario, rounds);
     let mut guest_panics = Vec::new();
     let ran = loop {
@@ -116,6 +120,11 @@ pub fn run_scenario(
     result.guest_panics = guest_panics;
     Ok(result)
 }
+
+/// Seconds allowed per run in a scenario's guest: the longest workload
+/// here takes about 5 s under the default scheduler on a slow day, a
+/// vsched run adds up to 3 s for its first model and 1 s to settle.
+const RUN_BUDGET_S: f64 = 20.0;
 
 /// Guests booted per scenario at most. Under TCG Debian's 7.2 kernel
 /// panics now and then: while booting, and when sched_ext's enable or

@@ -106,7 +106,8 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/two-free.toml"),
         workload: &["cpu", "2", "200000000"],
         oracle_cpus: None,
-        ablations: &[],
+        // Apart: the scheduler's own cost and the probers'.
+        ablations: &["--no-probe"],
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,
@@ -120,7 +121,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/two-free.toml"),
         workload: &["pingpong", "1", "20000"],
         oracle_cpus: None,
-        ablations: &[],
+        ablations: &["--no-probe"],
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,

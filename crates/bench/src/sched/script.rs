@@ -46,9 +46,15 @@ pub fn guest_script(s: &Scenario, rounds: usize) -> String {
                     out.push_str(&report(&format!("taskset -c {cpus} {workload}")))
                 }
                 VariantKind::Vsched(flags) => {
+                    // Without probers no model ever comes.
+                    let ready = if flags.contains("--no-probe") {
+                        "wait_state enabled"
+                    } else {
+                        "wait_state enabled && wait_model"
+                    };
                     out.push_str(&format!(
                         "vsched sched -q {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
-                         wait_state enabled && wait_model && sleep {SETTLE_S}\n"
+                         {ready} && sleep {SETTLE_S}\n"
                     ));
                     out.push_str(&report(&workload));
                     out.push_str(&format!(
