@@ -18,6 +18,8 @@ WHAT IT RUNS
     vsched F  the same with a technique switched off (ablation)
     oracle    the workload pinned with taskset to the vCPUs a scheduler
               that knew the layout would use: the limit
+    fifo-reference  (overhead scenarios) a minimal FIFO sched_ext scheduler,
+              no probers: what sched_ext itself costs under this guest
   Scenarios:
     rwc                barrier kernel, 4 threads, 4 vCPUs: a straggler (10%
                        cap) and a stacked pair (vSched Fig. 4); goal: 1.5x the

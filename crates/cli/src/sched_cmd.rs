@@ -46,6 +46,10 @@ pub struct SchedArgs {
     #[arg(long)]
     no_probe: bool,
 
+    /// Benchmark reference: a minimal FIFO sched_ext scheduler instead of vsched's policy
+    #[arg(long, hide = true)]
+    reference_fifo: bool,
+
     /// Time slice of a task while others wait (ended at the guest's next tick)
     #[arg(long, value_name = "DURATION", default_value = "3ms", value_parser = parse_duration)]
     slice: Duration,
@@ -91,6 +95,7 @@ struct TunablesJson {
     slice_ns: u64,
     rwc: bool,
     capacity: bool,
+    reference_fifo: bool,
     probe: bool,
 }
 
@@ -101,6 +106,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         slice_ns: u64::try_from(args.slice.as_nanos()).unwrap_or(u64::MAX),
         rwc: !args.no_rwc,
         capacity: !args.no_capacity,
+        reference_fifo: args.reference_fifo,
     };
     signals::catch();
     let mut object = MaybeUninit::uninit();
@@ -192,6 +198,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             slice_ns: tunables.slice_ns,
             rwc: tunables.rwc,
             capacity: tunables.capacity,
+            reference_fifo: tunables.reference_fifo,
             probe: !args.no_probe,
         },
         counters: totals.to_json_map(),

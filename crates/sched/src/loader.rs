@@ -29,6 +29,9 @@ pub struct Tunables {
     pub rwc: bool,
     /// Place by measured capacity.
     pub capacity: bool,
+    /// The benchmark's minimal FIFO reference instead of vsched's policy
+    /// (see `reference_fifo` in main.bpf.c).
+    pub reference_fifo: bool,
 }
 
 impl Default for Tunables {
@@ -37,6 +40,7 @@ impl Default for Tunables {
             slice_ns: DEFAULT_SLICE_NS,
             rwc: true,
             capacity: true,
+            reference_fifo: false,
         }
     }
 }
@@ -128,6 +132,7 @@ impl<'obj> Scheduler<'obj> {
             rodata.nr_cpus = nr_cpus as u32;
             rodata.rwc_enabled = tunables.rwc;
             rodata.capacity_enabled = tunables.capacity;
+            rodata.reference_fifo = tunables.reference_fifo;
         }
         // sched_ext ejects a scheduler loaded against a CPU set that changed
         // (hot-plug) meanwhile when it knows the sequence it was loaded at.

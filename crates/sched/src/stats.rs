@@ -30,6 +30,11 @@ pub const STATS: &[StatDef] = &[
         help: "of wake_prev: a stronger vCPU was idle but not by enough to move",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_WAKE_SYNC,
+        name: "wake_sync",
+        help: "synchronous wake-ups placed on the waker's vCPU (it is about to wait)",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_MOVED_STRONGER,
         name: "moved_stronger",
         help: "slice-end moves to a clearly stronger idle vCPU (or off a hidden one)",
@@ -134,8 +139,8 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 5, 0, 0, 0, 0]);
-        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 9, 0, 0, 0, 0]);
+        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
+        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 0, 9, 0, 0, 0, 0]);
         let d = b.since(&a);
         assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
     }

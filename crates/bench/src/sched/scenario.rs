@@ -39,6 +39,9 @@ pub struct Scenario {
     pub oracle_cpus: Option<&'static str>,
     /// Ablations: extra `vsched sched` flags, each its own column.
     pub ablations: &'static [&'static str],
+    /// Also run the minimal FIFO sched_ext scheduler ("fifo-reference"):
+    /// what sched_ext itself costs, apart from vsched's policy.
+    pub fifo_reference: bool,
     pub goal: Goal,
 }
 
@@ -52,6 +55,12 @@ impl Scenario {
         ];
         for a in self.ablations {
             v.push((format!("vsched {a}"), VariantKind::Vsched(a)));
+        }
+        if self.fifo_reference {
+            v.push((
+                "fifo-reference".to_string(),
+                VariantKind::Vsched("--reference-fifo --no-probe"),
+            ));
         }
         if let Some(cpus) = self.oracle_cpus {
             v.push(("oracle".to_string(), VariantKind::Oracle(cpus)));
@@ -80,6 +89,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["barrier", "4", "100", "400000"],
         oracle_cpus: Some("0,1"),
         ablations: &["--no-rwc"],
+        fifo_reference: false,
         goal: Goal {
             min_speedup: 1.5,
             min_of_oracle: Some(0.8),
@@ -94,6 +104,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["cpu", "1", "200000000"],
         oracle_cpus: Some("0"),
         ablations: &["--no-capacity"],
+        fifo_reference: false,
         goal: Goal {
             min_speedup: 1.3,
             min_of_oracle: Some(0.8),
@@ -108,6 +119,7 @@ pub const SCENARIOS: &[Scenario] = &[
         oracle_cpus: None,
         // Apart: the scheduler's own cost and the probers'.
         ablations: &["--no-probe"],
+        fifo_reference: true,
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,
@@ -122,6 +134,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["pingpong", "1", "20000"],
         oracle_cpus: None,
         ablations: &["--no-probe"],
+        fifo_reference: true,
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,

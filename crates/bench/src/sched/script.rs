@@ -25,9 +25,9 @@ pub struct RunLine {
     pub seconds: f64,
 }
 
-/// The guest script: `rounds` rounds, every variant once per round, the
-/// order rotated by one each round.
-pub fn guest_script(s: &Scenario, rounds: usize) -> String {
+/// The guest script for rounds `rounds` (a range of round numbers): every
+/// variant once per round, the order rotated by one each round.
+pub fn guest_script(s: &Scenario, rounds: std::ops::Range<usize>) -> String {
     let workload = format!("schedbench {}", s.workload.join(" "));
     let mut out = String::from(
         "wait_state() { for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }\n",
@@ -36,7 +36,7 @@ pub fn guest_script(s: &Scenario, rounds: usize) -> String {
         "wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n"
     ));
     let variants = s.variants();
-    for round in 0..rounds {
+    for round in rounds {
         for k in 0..variants.len() {
             let (label, kind) = &variants[(k + round) % variants.len()];
             let report = |cmd: &str| format!("echo \"{RUN} {label} {round} $({cmd})\"\n");
@@ -108,7 +108,7 @@ mod tests {
     fn every_variant_runs_once_per_round_in_rotating_order() {
         let s = &SCENARIOS[0];
         let rounds = 3;
-        let script = guest_script(s, rounds);
+        let script = guest_script(s, 0..rounds);
         let labels: Vec<String> = s.variants().into_iter().map(|(l, _)| l).collect();
         // The variants in the order they run, round by round.
         let order: Vec<(usize, String)> = script

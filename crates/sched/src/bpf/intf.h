@@ -60,6 +60,8 @@ enum vs_stat {
 	VS_STAT_WAKE_BEST,
 	/* Wake-ups that kept to prev although a stronger vCPU was idle. */
 	VS_STAT_WAKE_PREV_OVER_STRONGER,
+	/* Synchronous wake-ups placed on the waker's vCPU. */
+	VS_STAT_WAKE_SYNC,
 	/* Tasks moved at the end of a slice to a clearly stronger idle vCPU
 	 * (or off a vCPU RWC hides). */
 	VS_STAT_MOVED_STRONGER,
