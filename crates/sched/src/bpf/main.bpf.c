@@ -295,13 +295,16 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 		scx_bpf_dsq_insert_vtime(p, VS_DSQ_NORMAL, slice_ns,
 					 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
 					 enq_flags);
-		/* Off a hidden vCPU: some visible one has to take it. */
-		if (!cur_visible) {
-			cpu = find_best_idle(p, 0);
-			if (cpu >= 0) {
-				count(VS_STAT_KICKS);
-				scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
-			}
+		/*
+		 * Two tasks now want this vCPU (or it is hidden): an idle one
+		 * must take one of them. Without this kick a vCPU that was idle
+		 * when the queue grew stayed idle beside three CPU-bound
+		 * threads sharing two vCPUs (found by RWC's control run).
+		 */
+		cpu = find_best_idle(p, 0);
+		if (cpu >= 0) {
+			count(VS_STAT_KICKS);
+			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 		}
 		return;
 	}
