@@ -58,9 +58,9 @@ enum HostNoise {
 /// that it did: steal time the kernel counted on any vCPU (more than 2% of
 /// the window), unreported host time on any vCPU (more than 5%), or the
 /// vCPU the neighbour leaves alone losing more than 20% in short episodes
-/// only. Short, because an episode as long as half the
-/// neighbour's on-time on that vCPU would be the probe seeing the neighbour
-/// in the wrong place: a failure, never noise (`check` asserts it).
+/// only. Short, because many episodes as long as half the neighbour's
+/// on-time on that vCPU would be the probe seeing the neighbour in the
+/// wrong place: a failure, never noise (`check` asserts it).
 /// Measured on this kind of machine: with a neighbour spinning on one vCPU
 /// the host sometimes takes 0.3-0.4 ms slices of the other (reported as
 /// hidden steal, not as steal).
@@ -98,6 +98,11 @@ fn host_noise(r: &Value, stolen_ticks: u64, window_ticks: f64, busy: u32, on_ms:
 /// misread the neighbour as hidden steal would read so in every attempt,
 /// and the test fails after three.
 const HOST_HIDDEN_STEAL_MAX_PCT: f64 = 5.0;
+
+/// Episodes the host itself may put on the vCPU the neighbour leaves alone
+/// during one probe (a host slice of 1-3 ms now and then; seen: one of
+/// 2.1 ms beside a 2 ms neighbour).
+const HOST_LONG_EPISODES: u64 = 3;
 
 /// The vCPU the neighbour leaves alone must read at least this available:
 /// the probe's own threads and the test's take a few percent.
@@ -154,12 +159,16 @@ fn check(on_ms: u64, period_ms: u64) {
                 avail >= FREE_VCPU_MIN_AVAIL_PCT,
                 "vCPU {cpu} should be unaffected, available {avail}%: {r:#}"
             );
-            // The neighbour's on-periods must not show up here: no episode
-            // as long as half of one.
+            // The neighbour's on-periods must not show up here. Seen here
+            // they would be one episode per period (10 to 30 in the
+            // windows), as long as an on-period; the host may add one or
+            // two of a few ms by itself (a host slice), so up to
+            // `HOST_LONG_EPISODES` are allowed.
             let longest_us = ep["max_us"].as_f64().unwrap();
+            let count = ep["count"].as_u64().unwrap();
             assert!(
-                longest_us < on_ms as f64 * 500.0,
-                "vCPU {cpu} should not see the neighbour (longest episode {longest_us} us): {r:#}"
+                count <= HOST_LONG_EPISODES || longest_us < on_ms as f64 * 500.0,
+                "vCPU {cpu} should not see the neighbour ({count} episodes, longest {longest_us} us): {r:#}"
             );
         }
     }

@@ -88,7 +88,11 @@ impl NoisyNeighbour {
             let (on, period) = (on.as_nanos() as u64, period.as_nanos() as u64);
             let mut next = monotonic_ns();
             while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let busy_until = next + on;
+                // `on` from when it actually woke: counted from the planned
+                // start, a late wake-up shortened the on-period, and the
+                // probe, rightly, measured 1.5 ms episodes for a "2 ms"
+                // neighbour (a clean-clone run failed on that).
+                let busy_until = monotonic_ns() + on;
                 while monotonic_ns() < busy_until {
                     std::hint::spin_loop();
                 }
