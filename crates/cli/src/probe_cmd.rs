@@ -91,7 +91,7 @@ pub struct ProbeArgs {
     min_episode: Duration,
 
     /// A vCPU is a straggler below this fraction of the mean capacity
-    #[arg(long, value_name = "RATIO", default_value_t = 0.2, value_parser = parse_ratio)]
+    #[arg(long, value_name = "RATIO", default_value_t = plan::STRAGGLER_RATIO, value_parser = parse_ratio)]
     straggler_ratio: f64,
 
     /// Half-life of the EMA smoothing under --watch
@@ -266,5 +266,28 @@ fn emit(args: &ProbeArgs, report: &ProbeReport, watching: bool) -> Result<()> {
     match writeln!(out, "{text}").and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         r => r.context("writing output"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ProbeArgs,
+    }
+
+    /// The flags' written defaults are the shared constants that
+    /// `vsched sched`'s probers use too.
+    #[test]
+    fn watch_defaults_are_the_shared_ones() {
+        let a = Wrapper::parse_from(["probe"]).args;
+        assert_eq!(a.heavy_every, plan::WATCH_HEAVY_EVERY);
+        assert_eq!(a.topology_every, plan::WATCH_TOPOLOGY_EVERY);
+        assert_eq!(a.half_life, plan::EMA_HALF_LIFE);
+        assert_eq!(a.straggler_ratio, plan::STRAGGLER_RATIO);
     }
 }

@@ -301,13 +301,13 @@ fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
         },
         filter: EpisodeFilter::default(),
         vtop: VtopConfig::default(),
-        straggler_ratio: 0.2,
-        ema_half_life_s: 3.0,
+        straggler_ratio: plan::STRAGGLER_RATIO,
+        ema_half_life_s: plan::EMA_HALF_LIFE.as_secs_f64(),
     });
     // The same rhythm as `vsched probe --watch`'s defaults.
     let mut schedule = WatchSchedule::new(
-        Duration::from_secs(5),
-        Duration::from_secs(10),
+        plan::WATCH_HEAVY_EVERY,
+        plan::WATCH_TOPOLOGY_EVERY,
         Instant::now(),
     );
     let mut step = plan::first_step(false);

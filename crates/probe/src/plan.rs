@@ -212,6 +212,17 @@ pub fn first_step(validating: bool) -> StepPlan {
     }
 }
 
+/// The probing rhythm's defaults, shared by `vsched probe --watch` (its
+/// flags' defaults, checked equal by a test in the CLI) and the probers
+/// inside `vsched sched`: a heavy window every 5 s (it takes each vCPU at
+/// high priority, so rarely), a topology validation every 10 s (stacking
+/// changes only when the host re-places vCPUs), stragglers below 0.2 x the
+/// mean capacity and an EMA half-life of 3 s (docs/probers.md).
+pub const WATCH_HEAVY_EVERY: Duration = Duration::from_secs(5);
+pub const WATCH_TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
+pub const STRAGGLER_RATIO: f64 = 0.2;
+pub const EMA_HALF_LIFE: Duration = Duration::from_secs(3);
+
 /// Under `--watch`: a light window every step, a heavy window and a
 /// topology validation only as often as asked.
 #[derive(Debug, Clone)]

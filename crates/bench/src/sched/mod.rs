@@ -165,7 +165,7 @@ pub fn summarize(
         .variants()
         .into_iter()
         .map(|(label, _)| {
-            let mut seconds: Vec<f64> = lines
+            let seconds: Vec<f64> = lines
                 .iter()
                 .filter(|l| l.variant == label)
                 .map(|l| l.seconds)
@@ -175,7 +175,6 @@ pub fn summarize(
             } else {
                 median(&mut seconds.clone())
             };
-            seconds.shrink_to_fit();
             VariantResult {
                 variant: label,
                 seconds,
