@@ -25,6 +25,8 @@ Examples:
   vsched sched                       load until Ctrl-C, statistics every second
   vsched sched -- make -j8           load for the lifetime of one program
   vsched sched --no-rwc -- ./bench   the ablation without RWC
+  vsched sched --latency-sensitive nginx --latency-sensitive redis-server
+                                     BVS for these commands from their first wake-up
 
 The scheduler replaces the kernel's default one for every normal task while
 it is loaded (sched_ext, Linux 6.12+ with CONFIG_SCHED_CLASS_EXT). When vsched
@@ -42,9 +44,41 @@ pub struct SchedArgs {
     #[arg(long)]
     no_capacity: bool,
 
+    /// Do not place latency-sensitive tasks by vCPU latency and state (BVS off)
+    #[arg(long)]
+    no_bvs: bool,
+
+    /// Do not move CPU-bound tasks off vCPUs about to be switched off (IVH off)
+    #[arg(long)]
+    no_ivh: bool,
+
     /// Do not run the probers: every vCPU counts as equal (the base policy alone)
     #[arg(long)]
     no_probe: bool,
+
+    /// Treat tasks with this command name (as in `ps -o comm`, 15 characters
+    /// at most) as latency-sensitive for BVS from their first wake-up;
+    /// repeatable. Other tasks qualify by their own behaviour: at most
+    /// 0.5 ms of running per wake-up on average over 8 wake-ups.
+    #[arg(long, value_name = "NAME", value_parser = parse_comm)]
+    latency_sensitive: Vec<String>,
+
+    /// Heartbeat period on busy vCPUs that the probe saw lose more than 5%
+    /// of their time: two missed beats are an inactive episode (IVH's
+    /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
+    /// more timer interrupts.
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_beat)]
+    heartbeat: Duration,
+
+    /// Ablation: BVS pre-empts SCHED_IDLE work on any low-latency vCPU,
+    /// active or not (the paper's "no state check")
+    #[arg(long, hide = true)]
+    bvs_no_state_check: bool,
+
+    /// Ablation: IVH moves a task at once, without pre-waking its target
+    /// (the paper's activity-unaware migration)
+    #[arg(long, hide = true)]
+    ivh_unaware: bool,
 
     /// Benchmark reference: a minimal FIFO sched_ext scheduler instead of vsched's policy
     #[arg(long, hide = true)]
@@ -96,6 +130,12 @@ struct TunablesJson {
     rwc: bool,
     capacity: bool,
     reference_fifo: bool,
+    bvs: bool,
+    bvs_state_check: bool,
+    ivh: bool,
+    ivh_activity_aware: bool,
+    heartbeat_ns: u64,
+    latency_sensitive: Vec<String>,
     probe: bool,
 }
 
@@ -107,15 +147,22 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         rwc: !args.no_rwc,
         capacity: !args.no_capacity,
         reference_fifo: args.reference_fifo,
+        bvs: !args.no_bvs,
+        bvs_state_check: !args.bvs_no_state_check,
+        ivh: !args.no_ivh,
+        ivh_activity_aware: !args.ivh_unaware,
+        beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
     };
     signals::catch();
     let mut object = MaybeUninit::uninit();
     let started = Instant::now();
-    let sched = Scheduler::attach(&mut object, tunables, nr_cpus)?;
+    let sched = Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)?;
     eprintln!(
-        "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, probers {})",
+        "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
         on_off(tunables.rwc),
         on_off(tunables.capacity),
+        on_off(tunables.bvs),
+        on_off(tunables.ivh),
         on_off(!args.no_probe)
     );
     let (reports_tx, reports) = mpsc::channel();
@@ -199,6 +246,12 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             rwc: tunables.rwc,
             capacity: tunables.capacity,
             reference_fifo: tunables.reference_fifo,
+            bvs: tunables.bvs,
+            bvs_state_check: tunables.bvs_state_check,
+            ivh: tunables.ivh,
+            ivh_activity_aware: tunables.ivh_activity_aware,
+            heartbeat_ns: tunables.beat_ns,
+            latency_sensitive: args.latency_sensitive.clone(),
             probe: !args.no_probe,
         },
         counters: totals.to_json_map(),
@@ -244,6 +297,26 @@ fn describe(models: &[vsched_sched::VcpuModel]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A command name as the kernel keeps it: 1-15 bytes, no '/'.
+fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 15 || s.contains('/') {
+        return Err(format!(
+            "{s:?}: a command name is 1-15 bytes without '/' (the kernel's comm; see `ps -o comm`)"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// The heartbeat period: 100 µs (a timer interrupt costs a few µs, under
+/// emulation tens) to 10 ms (beyond, only episodes longer than 20 ms show).
+fn parse_beat(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_micros(100) || d > Duration::from_millis(10) {
+        return Err(format!("{s}: the heartbeat must be between 100us and 10ms"));
+    }
+    Ok(d)
 }
 
 fn on_off(b: bool) -> &'static str {

@@ -24,6 +24,11 @@ pub enum SchedError {
         max = crate::loader::MAX_CPUS
     )]
     TooManyCpus(usize),
+    #[error(
+        "{0} names given to --latency-sensitive; at most {max}",
+        max = crate::loader::MAX_LATENCY_COMMS
+    )]
+    TooManyLatencyComms(usize),
     #[error("reading {path}: {source}", path = .path.display())]
     Read {
         path: PathBuf,

@@ -32,6 +32,18 @@ pub struct Tunables {
     /// The benchmark's minimal FIFO reference instead of vsched's policy
     /// (see `reference_fifo` in main.bpf.c).
     pub reference_fifo: bool,
+    /// BVS: latency-sensitive tasks onto low-latency, active vCPUs.
+    pub bvs: bool,
+    /// BVS checks a vCPU's state (active, recently) before pre-empting
+    /// its SCHED_IDLE work (off: the paper's "no state check" ablation).
+    pub bvs_state_check: bool,
+    /// IVH: CPU-bound tasks off vCPUs about to be switched off.
+    pub ivh: bool,
+    /// IVH pre-wakes its target and moves only on its answer (off: the
+    /// paper's activity-unaware ablation).
+    pub ivh_activity_aware: bool,
+    /// Heartbeat period on busy vCPUs that lose time.
+    pub beat_ns: u64,
 }
 
 impl Default for Tunables {
@@ -41,9 +53,24 @@ impl Default for Tunables {
             rwc: true,
             capacity: true,
             reference_fifo: false,
+            bvs: true,
+            bvs_state_check: true,
+            ivh: true,
+            ivh_activity_aware: true,
+            beat_ns: DEFAULT_BEAT_NS,
         }
     }
 }
+
+/// 0.5 ms: the heartbeat must split a vCPU's active stretches from its
+/// inactive episodes, and the shortest episodes worth steering around are
+/// about 2 ms (the lab's asymmetric layout; the paper's 2x-latency VMs);
+/// an episode is a gap of two periods (1 ms). Each beat is a timer
+/// interrupt, armed only on vCPUs the probe saw lose more than 5%.
+pub const DEFAULT_BEAT_NS: u64 = 500_000;
+
+/// Command names `--latency-sensitive` may declare (the BPF hash map's size).
+pub const MAX_LATENCY_COMMS: usize = 64;
 
 /// 3 ms: below the 4 ms tick of a HZ=250 guest kernel, where sched_ext
 /// ends slices, so a waiting task is served at the next tick; the kernel's
@@ -95,9 +122,19 @@ fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
     SchedError::Bpf { what, source, log }
 }
 
-/// `update_model` writes struct vcpu_model field by field: three u32. If
+/// `update_model` writes struct vcpu_model field by field: five u32. If
 /// intf.h grows a field, this stops the build until the writer follows.
-const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 12);
+const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 20);
+
+/// A command name as the kernel keeps it (`comm`): at most 15 bytes and a
+/// NUL, zero-padded to 16, the BPF map's key.
+pub fn comm_key(name: &str) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    let bytes = name.as_bytes();
+    let n = bytes.len().min(15);
+    key[..n].copy_from_slice(&bytes[..n]);
+    key
+}
 
 /// A loaded and attached scheduler. Dropping it detaches it.
 pub struct Scheduler<'obj> {
@@ -114,9 +151,13 @@ impl<'obj> Scheduler<'obj> {
         object: &'obj mut MaybeUninit<OpenObject>,
         tunables: Tunables,
         nr_cpus: usize,
+        latency_comms: &[String],
     ) -> Result<Scheduler<'obj>, SchedError> {
         if nr_cpus > MAX_CPUS {
             return Err(SchedError::TooManyCpus(nr_cpus));
+        }
+        if latency_comms.len() > MAX_LATENCY_COMMS {
+            return Err(SchedError::TooManyLatencyComms(latency_comms.len()));
         }
         libbpf_rs::set_print(Some((PrintLevel::Info, remember_libbpf_line)));
         let mut open: OpenBpfSkel = BpfSkelBuilder::default()
@@ -133,6 +174,12 @@ impl<'obj> Scheduler<'obj> {
             rodata.rwc_enabled = tunables.rwc;
             rodata.capacity_enabled = tunables.capacity;
             rodata.reference_fifo = tunables.reference_fifo;
+            rodata.bvs_enabled = tunables.bvs;
+            rodata.bvs_state_check = tunables.bvs_state_check;
+            rodata.ivh_enabled = tunables.ivh;
+            rodata.ivh_activity_aware = tunables.ivh_activity_aware;
+            rodata.beat_ns = tunables.beat_ns;
+            rodata.nr_latency_comms = latency_comms.len() as u32;
         }
         // sched_ext ejects a scheduler loaded against a CPU set that changed
         // (hot-plug) meanwhile when it knows the sequence it was loaded at.
@@ -144,6 +191,12 @@ impl<'obj> Scheduler<'obj> {
         let mut skel = open
             .load()
             .map_err(|e| bpf_error("loading the BPF scheduler (verifier)", e))?;
+        for name in latency_comms {
+            skel.maps
+                .latency_comms
+                .update(&comm_key(name), &[1u8], MapFlags::ANY)
+                .map_err(|e| bpf_error("writing the latency-sensitive names", e))?;
+        }
         let link = skel
             .maps
             .vsched_ops
@@ -159,10 +212,16 @@ impl<'obj> Scheduler<'obj> {
     /// Writes the model of each vCPU into the BPF side's map.
     pub fn update_model(&self, models: &[VcpuModel]) -> Result<(), SchedError> {
         for m in models.iter().filter(|m| (m.cpu as usize) < self.nr_cpus) {
-            // struct vcpu_model: three u32 in native byte order, as intf.h
+            // struct vcpu_model: five u32 in native byte order, as intf.h
             // declares them (no padding).
-            let mut value = Vec::with_capacity(12);
-            for field in [m.capacity, m.visibility.bits(), m.episode_mean_us] {
+            let mut value = Vec::with_capacity(20);
+            for field in [
+                m.capacity,
+                m.visibility.bits(),
+                m.episode_mean_us,
+                m.available_permille,
+                m.flag_bits(),
+            ] {
                 value.extend_from_slice(&field.to_ne_bytes());
             }
             self.skel

@@ -12,6 +12,10 @@
 //! At least one vCPU always stays visible: if every vCPU would be hidden,
 //! the strongest is shown again, since a VM that runs nothing is worse
 //! than any straggler.
+//!
+//! BVS prefers low-latency vCPUs: those whose typical (median) inactive
+//! episode is within [`LOW_LATENCY_RATIO`] of the shortest among the
+//! visible vCPUs, or shorter than [`SHORT_EPISODE_US`] anyway.
 
 use serde::Serialize;
 use vsched_model::report::ProbeReport;
@@ -52,7 +56,33 @@ pub struct VcpuModel {
     pub visibility: Visibility,
     /// Mean inactive-episode length (0: none seen).
     pub episode_mean_us: u32,
+    /// Share of time available, in permille (0: not measured).
+    pub available_permille: u32,
+    /// Among the VM's shortest inactive episodes: BVS's first choice.
+    pub low_latency: bool,
 }
+
+impl VcpuModel {
+    /// intf.h's `vs_vcpu_flags` bits.
+    pub fn flag_bits(&self) -> u32 {
+        if self.low_latency {
+            crate::bpf_intf::vs_vcpu_flags_VS_VCPU_LOW_LATENCY
+        } else {
+            0
+        }
+    }
+}
+
+/// A vCPU whose typical episode is at most this many times the VM's
+/// shortest is low-latency: the paper's asymmetric VMs differ by 2x, and
+/// the probe's episode readings scatter by ±20% (docs/lab.md), so 1.5
+/// separates a 2x difference from noise.
+pub const LOW_LATENCY_RATIO: f64 = 1.5;
+
+/// Typical episodes shorter than this make a vCPU low-latency whatever the
+/// others show: a latency-sensitive task (BVS: at most 0.5 ms per wake-up)
+/// waits no longer than it runs.
+pub const SHORT_EPISODE_US: f64 = 500.0;
 
 /// The model of every vCPU in `report`, with RWC's choice applied when
 /// `rwc` is on (otherwise nothing is hidden).
@@ -77,9 +107,14 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
                     stacked: rwc && keeper != v.cpu,
                 },
                 episode_mean_us: episodes.mean_us.round() as u32,
+                available_permille: v
+                    .available_pct
+                    .map_or(0, |pct| (pct * 10.0).round().clamp(1.0, 1000.0) as u32),
+                low_latency: false,
             }
         })
         .collect();
+    mark_low_latency(report, &mut models);
     if !models.is_empty() && models.iter().all(|m| m.visibility.hidden()) {
         let strongest = models
             .iter_mut()
@@ -88,6 +123,35 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
         strongest.visibility = Visibility::default();
     }
     models
+}
+
+/// A vCPU's typical inactive episode in µs: the median (the mean in reports
+/// written before the median existed), 0 with no episodes.
+fn typical_episode_us(v: &vsched_model::report::VcpuReport) -> f64 {
+    match v.episodes {
+        Some(e) if e.count > 0 => {
+            if e.p50_us > 0.0 {
+                e.p50_us
+            } else {
+                e.mean_us
+            }
+        }
+        _ => 0.0,
+    }
+}
+
+fn mark_low_latency(report: &ProbeReport, models: &mut [VcpuModel]) {
+    let typical: Vec<f64> = report.vcpus.iter().map(typical_episode_us).collect();
+    let shortest = models
+        .iter()
+        .zip(&typical)
+        .filter(|(m, _)| !m.visibility.hidden())
+        .map(|(_, &t)| t)
+        .fold(f64::INFINITY, f64::min);
+    let limit = (shortest * LOW_LATENCY_RATIO).max(SHORT_EPISODE_US);
+    for (m, &t) in models.iter_mut().zip(&typical) {
+        m.low_latency = t <= limit;
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +213,46 @@ mod tests {
     fn without_rwc_nothing_is_hidden() {
         let r = report(vec![vcpu(0, 1024, false, &[1]), vcpu(1, 100, true, &[0])]);
         assert!(hidden(&from_report(&r, false)).is_empty());
+    }
+
+    fn with_episodes(mut v: VcpuReport, p50_us: f64) -> VcpuReport {
+        let e = v.episodes.as_mut().unwrap();
+        e.p50_us = p50_us;
+        v
+    }
+
+    #[test]
+    fn low_latency_vcpus_are_those_near_the_shortest_episodes() {
+        let r = report(vec![
+            with_episodes(vcpu(0, 1024, false, &[]), 2000.0),
+            with_episodes(vcpu(1, 1024, false, &[]), 2600.0),
+            with_episodes(vcpu(2, 1024, false, &[]), 6000.0),
+            with_episodes(vcpu(3, 1024, false, &[]), 4100.0),
+        ]);
+        let low: Vec<bool> = from_report(&r, true)
+            .iter()
+            .map(|m| m.low_latency)
+            .collect();
+        assert_eq!(low, vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn short_episodes_are_low_latency_whatever_the_others() {
+        let mut quiet = vcpu(1, 1024, false, &[]);
+        quiet.episodes = None;
+        let r = report(vec![with_episodes(vcpu(0, 1024, false, &[]), 400.0), quiet]);
+        assert!(from_report(&r, true).iter().all(|m| m.low_latency));
+    }
+
+    #[test]
+    fn a_hidden_vcpu_does_not_set_the_bar() {
+        // vCPU 1 is a stacked sibling with short episodes; RWC hides it,
+        // so vCPU 0's 2 ms episodes are the shortest that count.
+        let r = report(vec![
+            with_episodes(vcpu(0, 1024, false, &[1]), 2000.0),
+            with_episodes(vcpu(1, 1024, false, &[0]), 600.0),
+        ]);
+        assert!(from_report(&r, true)[0].low_latency);
     }
 
     #[test]

@@ -69,6 +69,51 @@ pub const STATS: &[StatDef] = &[
         name: "hidden_skips",
         help: "times a vCPU hidden by RWC left normal tasks waiting",
     },
+    StatDef {
+        index: s::vs_stat_VS_STAT_PREEMPTED_IDLE_POLICY,
+        name: "preempted_idle_policy",
+        help: "waking normal tasks that pre-empted a vCPU running only SCHED_IDLE work",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_BVS_IDLE,
+        name: "bvs_idle",
+        help: "BVS: latency-sensitive wake-ups placed on an idle low-latency vCPU",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_BVS_IDLE_POLICY,
+        name: "bvs_idle_policy",
+        help: "BVS: ... on a low-latency vCPU running only SCHED_IDLE work (pre-empted)",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_BVS_NONE,
+        name: "bvs_none",
+        help: "BVS: latency-sensitive wake-ups no low-latency vCPU could take",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_ATTEMPTED,
+        name: "ivh_attempted",
+        help: "IVH: moves started off a vCPU about to be switched off",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_DONE,
+        name: "ivh_done",
+        help: "IVH: tasks moved to an idle vCPU that had answered",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_ABANDONED_TARGET,
+        name: "ivh_abandoned_target",
+        help: "IVH: abandoned, the target answered too late (was switched off)",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_ABANDONED_SOURCE,
+        name: "ivh_abandoned_source",
+        help: "IVH: abandoned, the source was switched off before letting go",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_BEAT_GAPS,
+        name: "beat_gaps",
+        help: "inactive episodes the scheduler's heartbeat saw (all vCPUs)",
+    },
 ];
 
 /// Number of counters the BPF side keeps.

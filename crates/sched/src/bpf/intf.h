@@ -33,6 +33,13 @@ enum vs_consts {
 	VS_DSQ_IDLE_PINNED = 16,
 };
 
+/* What the model says about a vCPU besides its numbers (vcpu_model.flags). */
+enum vs_vcpu_flags {
+	/* Among the VM's shortest inactive episodes (or none): BVS places
+	 * latency-sensitive tasks here first. */
+	VS_VCPU_LOW_LATENCY = 1 << 0,
+};
+
 /* Why RWC hides a vCPU from normal tasks (bits of vcpu_model.hidden). */
 enum vs_hidden_why {
 	VS_HIDDEN_STRAGGLER = 1 << 0,
@@ -51,6 +58,45 @@ struct vcpu_model {
 	u32 hidden;
 	/* Mean inactive-episode length in µs (0: none seen). */
 	u32 episode_mean_us;
+	/* Share of time the vCPU was available, in permille (0: unknown). */
+	u32 available_permille;
+	/* vs_vcpu_flags bits. */
+	u32 flags;
+};
+
+/*
+ * What the scheduler sees of one vCPU as it happens, kept by that vCPU's
+ * own callbacks (tick, heartbeat timer, idle transitions) and read by the
+ * others. A gap between two heartbeats of a busy vCPU longer than the gap
+ * threshold is an inactive episode: the host ran something else.
+ */
+struct vcpu_live {
+	/* Last heartbeat while busy (0: idle, so no beats are expected). */
+	u64 last_beat_ns;
+	/* Start of the current active stretch (after an episode or a wake-up). */
+	u64 active_since_ns;
+	/* Moving averages of completed active stretches and of episodes. */
+	u64 active_mean_ns;
+	u64 inactive_mean_ns;
+	/* Episodes the heartbeat saw. */
+	u64 gaps;
+	/* The task running now: pid (0: none), since when, and what it is. */
+	u64 curr_since_ns;
+	u32 curr_pid;
+	u32 curr_idle_policy;
+	u32 curr_movable;
+	/* The heartbeat timer is armed. */
+	u32 beating;
+	/* IVH, on the target: a source asked it to take its task (pre-wake). */
+	u64 ivh_req_ns;
+	u32 ivh_req_from;
+	u32 ivh_req_pid;
+	/* IVH, on the source: the target confirmed it is active; move now. */
+	u64 ivh_go_ns;
+	u32 ivh_go_to;
+	u32 ivh_go_pid;
+	/* IVH, on the source: no new attempt before this time. */
+	u64 ivh_quiet_until_ns;
 };
 
 /* Counters the BPF side keeps per CPU; the loader sums them. */
@@ -76,6 +122,22 @@ enum vs_stat {
 	VS_STAT_KICKS,
 	/* Dispatches on a hidden vCPU that left normal tasks waiting. */
 	VS_STAT_HIDDEN_SKIPS,
+	/* A waking normal task found no idle vCPU and pre-empted a vCPU
+	 * running only SCHED_IDLE work (as the kernel's default would). */
+	VS_STAT_PREEMPTED_IDLE_POLICY,
+	/* BVS: latency-sensitive wake-ups placed on a low-latency vCPU that
+	 * was idle, that ran only SCHED_IDLE work (pre-empted), or none found. */
+	VS_STAT_BVS_IDLE,
+	VS_STAT_BVS_IDLE_POLICY,
+	VS_STAT_BVS_NONE,
+	/* IVH: migrations started, done, abandoned because the target answered
+	 * late or because the source was switched off before it could move. */
+	VS_STAT_IVH_ATTEMPTED,
+	VS_STAT_IVH_DONE,
+	VS_STAT_IVH_ABANDONED_TARGET,
+	VS_STAT_IVH_ABANDONED_SOURCE,
+	/* Inactive episodes the heartbeat saw (all vCPUs). */
+	VS_STAT_BEAT_GAPS,
 	VS_NR_STATS,
 };
 

@@ -14,6 +14,13 @@
  *     no normal task; they still run SCHED_IDLE tasks (the probers' light
  *     threads among them, so that recovery is seen) and tasks bound to them.
  *
+ * And what it sees itself (struct vcpu_live: a heartbeat from the tick and
+ * a per-vCPU timer on vCPUs that lose time):
+ *   - BVS: a latency-sensitive task wakes onto a low-latency vCPU that is
+ *     idle, or that runs only SCHED_IDLE work and became active recently;
+ *   - IVH: a CPU-bound task on a vCPU about to be switched off moves to an
+ *     idle vCPU, once that vCPU has answered a pre-wake (both active).
+ *
  * The decisions themselves are in policy.h, tested on the host.
  */
 #include <scx/common.bpf.h>
@@ -31,11 +38,27 @@ char _license[] SEC("license") = "GPL";
 #undef SCX_DSQ_LOCAL_ON
 #undef SCX_KICK_IDLE
 #undef SCX_ENQ_WAKEUP
+#undef SCX_ENQ_PREEMPT
+#undef SCX_KICK_PREEMPT
 #define VS_DSQ_LOCAL bpf_core_enum_value(enum scx_dsq_id_flags, SCX_DSQ_LOCAL)
 #define VS_DSQ_LOCAL_ON bpf_core_enum_value(enum scx_dsq_id_flags, SCX_DSQ_LOCAL_ON)
 #define VS_ENQ_WAKEUP bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_WAKEUP)
 #define VS_WAKE_SYNC bpf_core_enum_value(enum scx_wake_flags, SCX_WAKE_SYNC)
 #define VS_KICK_IDLE bpf_core_enum_value(enum scx_kick_flags, SCX_KICK_IDLE)
+#define VS_KICK_PREEMPT bpf_core_enum_value(enum scx_kick_flags, SCX_KICK_PREEMPT)
+#define VS_ENQ_PREEMPT bpf_core_enum_value(enum scx_enq_flags, SCX_ENQ_PREEMPT)
+
+/* uapi values vmlinux.h does not carry (macros). */
+#define VS_CLOCK_MONOTONIC 1
+#define VS_TIMER_CPU_PIN (1ULL << 1)
+
+/*
+ * IVH moves only a task that has run this long on its vCPU: the paper's
+ * 2 ms, which also bounds how often one task can be moved (a moved task
+ * starts counting again), so two vCPUs cannot bat it back and forth
+ * faster than every 2 ms of its own progress.
+ */
+#define VS_IVH_MIN_RUN_NS 2000000ULL
 
 /* Tunables, set by the loader before load (see the `vsched sched` flags). */
 const volatile u64 slice_ns = 3000000;
@@ -49,6 +72,21 @@ const volatile bool capacity_enabled = true;
  * idle vCPU (the kernel's default choice), no model, no kicks.
  */
 const volatile bool reference_fifo = false;
+/* BVS, and whether it checks a vCPU's state (the paper's ablation). */
+const volatile bool bvs_enabled = true;
+const volatile bool bvs_state_check = true;
+/* IVH, and whether it pre-wakes the target and waits for its answer
+ * (activity-aware, the paper's design) or moves the task at once. */
+const volatile bool ivh_enabled = true;
+const volatile bool ivh_activity_aware = true;
+/*
+ * Heartbeat period on a busy vCPU that loses time, and the gap that counts
+ * as an inactive episode (twice the period: timer interrupts arrive late
+ * by a fraction of a period on a slow vCPU without it being switched off).
+ */
+const volatile u64 beat_ns = 500000;
+/* Command names the user declared latency-sensitive (--latency-sensitive). */
+const volatile u32 nr_latency_comms = 0;
 
 UEI_DEFINE(uei);
 
@@ -59,6 +97,61 @@ struct {
 	__type(key, u32);
 	__type(value, struct vcpu_model);
 } vcpu_models SEC(".maps");
+
+/* What each vCPU sees of itself as it happens (see intf.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VS_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct vcpu_live);
+} vcpu_lives SEC(".maps");
+
+/* One heartbeat timer per vCPU, pinned to it. */
+struct beat_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VS_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct beat_timer);
+} beat_timers SEC(".maps");
+
+/* How a task behaves, for BVS. */
+struct task_ctx {
+	/* Run time since its last wake-up, and its moving average per wake-up. */
+	u64 run_this_wake_ns;
+	u64 avg_run_ns;
+	u32 wakes;
+	/* Named by --latency-sensitive. */
+	u32 declared;
+	/* BVS chose a vCPU running SCHED_IDLE work: its number + 1 (0: none),
+	 * pre-empted on enqueue. */
+	u32 bvs_target_plus1;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+/* Command names (comm, 16 bytes) declared latency-sensitive. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, char[16]);
+	__type(value, u8);
+} latency_comms SEC(".maps");
+
+/*
+ * KVM's per-vCPU steal-time page: `preempted` is set by the host while the
+ * vCPU is switched off. Weak: absent on kernels not built as KVM guests,
+ * and all zero where the hypervisor does not fill it (TCG, the lab).
+ */
+extern struct kvm_steal_time steal_time __ksym __weak;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -84,6 +177,30 @@ static const struct vcpu_model *model_of(s32 cpu)
 	u32 key = cpu;
 
 	return bpf_map_lookup_elem(&vcpu_models, &key);
+}
+
+static struct vcpu_live *live_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&vcpu_lives, &key);
+}
+
+static struct task_ctx *ctx_of(struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, p, 0,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* Whether the host has the vCPU switched off right now (KVM only). */
+static bool host_preempted(s32 cpu)
+{
+	struct kvm_steal_time *st;
+
+	if (!bpf_ksym_exists(&steal_time))
+		return false;
+	st = bpf_per_cpu_ptr(&steal_time, cpu);
+	return st && (st->preempted & 1);
 }
 
 static bool visible(s32 cpu)
@@ -139,6 +256,118 @@ static s32 find_best_idle(const struct task_struct *p, u32 min_score)
 	return best;
 }
 
+/*
+ * Whether `p` counts as latency-sensitive for BVS: declared so by name, or
+ * running briefly per wake-up (policy.h).
+ */
+static bool latency_sensitive(struct task_ctx *tc)
+{
+	return tc->declared || vs_latency_sensitive(tc->avg_run_ns, tc->wakes);
+}
+
+/* Whether `cpu` runs only SCHED_IDLE work now, with nothing queued for it. */
+static bool runs_idle_policy(s32 cpu)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	return l && l->curr_pid && l->curr_idle_policy &&
+	       !scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
+}
+
+/*
+ * BVS's state check: the vCPU is active now and became so recently (its
+ * heartbeat, policy.h), and the host has not switched it off (KVM).
+ */
+static bool fresh_active(s32 cpu, u64 now)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	return l && vs_fresh_active(l, now, 2 * beat_ns) && !host_preempted(cpu);
+}
+
+static bool is_low_latency(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	/* Not measured yet: every vCPU is as good as any. */
+	return !m || m->capacity == 0 || (m->flags & VS_VCPU_LOW_LATENCY);
+}
+
+/*
+ * BVS: a vCPU for a waking latency-sensitive task, first fit among the
+ * visible low-latency vCPUs it may use, starting at its previous one:
+ * idle, or running only SCHED_IDLE work (with the state check: only if
+ * it became active recently, so the task starts at once and likely ends
+ * before the next switch-off). Claims an idle one; marks the task to
+ * pre-empt a SCHED_IDLE one. -1 when none fits: the usual path decides.
+ */
+static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
+{
+	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
+	u64 now = bpf_ktime_get_ns();
+	s32 found = -1;
+	bool via_idle_policy = false;
+	u32 i;
+
+	bpf_for(i, 0, nr_cpus) {
+		s32 cpu = (prev_cpu + i) % nr_cpus;
+
+		if (cpu < 0 || cpu >= VS_MAX_CPUS || i >= VS_MAX_CPUS)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !visible(cpu) ||
+		    !is_low_latency(cpu))
+			continue;
+		if (bpf_cpumask_test_cpu(cpu, idle) && !host_preempted(cpu)) {
+			found = cpu;
+			break;
+		}
+		if (runs_idle_policy(cpu) &&
+		    (!bvs_state_check || fresh_active(cpu, now))) {
+			found = cpu;
+			via_idle_policy = true;
+			break;
+		}
+	}
+	scx_bpf_put_idle_cpumask(idle);
+	if (found < 0) {
+		count(VS_STAT_BVS_NONE);
+		return -1;
+	}
+	if (via_idle_policy) {
+		tc->bvs_target_plus1 = found + 1;
+		count(VS_STAT_BVS_IDLE_POLICY);
+		return found;
+	}
+	if (!scx_bpf_test_and_clear_cpu_idle(found))
+		return -1;
+	count(VS_STAT_BVS_IDLE);
+	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
+	return found;
+}
+
+/*
+ * A visible vCPU `p` may use that runs only SCHED_IDLE work, its own one
+ * first: the kernel's default scheduler pre-empts such work at once for a
+ * waking normal task, and so must we (else the task waits a whole slice).
+ */
+static s32 find_idle_policy_cpu(const struct task_struct *p, s32 first)
+{
+	s32 cpu;
+
+	if (first >= 0 && first < VS_MAX_CPUS &&
+	    bpf_cpumask_test_cpu(first, p->cpus_ptr) && visible(first) &&
+	    runs_idle_policy(first))
+		return first;
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) && visible(cpu) &&
+		    runs_idle_policy(cpu))
+			return cpu;
+	}
+	return -1;
+}
+
 /* Whether `cpu` is idle now (without claiming it). */
 static bool is_idle_now(s32 cpu)
 {
@@ -147,6 +376,173 @@ static bool is_idle_now(s32 cpu)
 
 	scx_bpf_put_idle_cpumask(idle);
 	return yes;
+}
+
+
+/* Whether the vCPU loses time (the probe saw it available under 95%), so
+ * that its heartbeat is worth a timer. */
+static bool loses_time(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return m && m->available_permille && m->available_permille < 950;
+}
+
+/*
+ * IVH's target for a task leaving `src`: the strongest visible idle vCPU
+ * other than `src` that the host has not switched off (KVM), not
+ * claimed: the pre-wake or the move wakes it.
+ */
+static s32 ivh_target(s32 src)
+{
+	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
+	s32 best = -1;
+	u32 best_score = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		u32 s;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (cpu == src || !bpf_cpumask_test_cpu(cpu, idle) ||
+		    !visible(cpu) || host_preempted(cpu))
+			continue;
+		s = score(cpu);
+		if (best < 0 || s > best_score) {
+			best = cpu;
+			best_score = s;
+		}
+	}
+	scx_bpf_put_idle_cpumask(idle);
+	return best;
+}
+
+/*
+ * IVH's first step, on the source vCPU at a heartbeat: its task is
+ * CPU-bound (has run VS_IVH_MIN_RUN_NS here), may run anywhere, and the
+ * vCPU is about to be switched off (its rhythm, policy.h). Activity-aware:
+ * ask an idle target to answer (pre-wake). Unaware: move at once.
+ */
+static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
+{
+	struct vcpu_live *t;
+	s32 target;
+
+	if (!ivh_enabled || !l->curr_pid || l->curr_idle_policy ||
+	    !l->curr_movable || now < l->curr_since_ns + VS_IVH_MIN_RUN_NS ||
+	    now < l->ivh_quiet_until_ns ||
+	    !vs_about_to_stall(l, now, 2 * beat_ns))
+		return;
+	target = ivh_target(src);
+	if (target < 0 || !(t = live_of(target)))
+		return;
+	count(VS_STAT_IVH_ATTEMPTED);
+	/* One attempt per hand-shake window. */
+	l->ivh_quiet_until_ns = now + 2 * beat_ns;
+	if (ivh_activity_aware) {
+		t->ivh_req_from = src;
+		t->ivh_req_pid = l->curr_pid;
+		t->ivh_req_ns = now;
+		scx_bpf_kick_cpu(target, VS_KICK_IDLE);
+	} else {
+		l->ivh_go_to = target;
+		l->ivh_go_pid = l->curr_pid;
+		l->ivh_go_ns = now;
+		scx_bpf_kick_cpu(src, VS_KICK_PREEMPT);
+	}
+}
+
+/*
+ * IVH's second step, on the target as it looks for work: a fresh request
+ * means both vCPUs are active now, so the source is told to let its task
+ * go (pre-empted, the task reaches enqueue there). A late one is dropped:
+ * the target was switched off meanwhile, and so, likely, is the source.
+ */
+static void ivh_answer(s32 cpu)
+{
+	struct vcpu_live *t = live_of(cpu), *src;
+	u64 now = bpf_ktime_get_ns();
+
+	if (!t || !t->ivh_req_ns)
+		return;
+	if (vs_handshake_fresh(t->ivh_req_ns, now, 2 * beat_ns) &&
+	    (src = live_of(t->ivh_req_from)) && src->curr_pid == t->ivh_req_pid) {
+		src->ivh_go_to = cpu;
+		src->ivh_go_pid = t->ivh_req_pid;
+		src->ivh_go_ns = now;
+		scx_bpf_kick_cpu(t->ivh_req_from, VS_KICK_PREEMPT);
+	} else {
+		count(VS_STAT_IVH_ABANDONED_TARGET);
+	}
+	t->ivh_req_ns = 0;
+}
+
+/*
+ * IVH's last step, on the source as its task is enqueued after the
+ * pre-emption: the destination if the answer is still fresh, else -1
+ * (abandoned: the source was switched off before it could let go).
+ */
+static s32 ivh_destination(struct task_struct *p, s32 src)
+{
+	struct vcpu_live *l = live_of(src);
+	s32 to;
+
+	if (!l || !l->ivh_go_ns || l->ivh_go_pid != p->pid)
+		return -1;
+	to = l->ivh_go_to;
+	if (!vs_handshake_fresh(l->ivh_go_ns, bpf_ktime_get_ns(), 2 * beat_ns) ||
+	    to < 0 || to >= VS_MAX_CPUS || !bpf_cpumask_test_cpu(to, p->cpus_ptr)) {
+		count(VS_STAT_IVH_ABANDONED_SOURCE);
+		l->ivh_go_ns = 0;
+		return -1;
+	}
+	l->ivh_go_ns = 0;
+	count(VS_STAT_IVH_DONE);
+	return to;
+}
+
+/* A heartbeat of the busy vCPU `cpu` (its tick or its timer). */
+static void beat(s32 cpu)
+{
+	struct vcpu_live *l = live_of(cpu);
+	u64 now = bpf_ktime_get_ns();
+
+	if (!l)
+		return;
+	if (vs_beat(l, now, 2 * beat_ns))
+		count(VS_STAT_BEAT_GAPS);
+	ivh_consider(cpu, l, now);
+}
+
+static int beat_timer_fired(void *map, int *key, struct beat_timer *bt)
+{
+	s32 cpu = bpf_get_smp_processor_id();
+	struct vcpu_live *l = live_of(cpu);
+
+	if (!l)
+		return 0;
+	/* Beats only while busy: an idle vCPU is expected to be silent. */
+	if (!l->curr_pid || !l->last_beat_ns) {
+		l->beating = 0;
+		return 0;
+	}
+	beat(cpu);
+	bpf_timer_start(&bt->timer, beat_ns, VS_TIMER_CPU_PIN);
+	return 0;
+}
+
+/* Arms `cpu`'s heartbeat timer if its beats are wanted and it is not armed. */
+static void start_beating(s32 cpu, struct vcpu_live *l)
+{
+	struct beat_timer *bt;
+	u32 key = cpu;
+
+	if (l->beating || !(bvs_enabled || ivh_enabled) || !loses_time(cpu))
+		return;
+	bt = bpf_map_lookup_elem(&beat_timers, &key);
+	if (bt && !bpf_timer_start(&bt->timer, beat_ns, VS_TIMER_CPU_PIN))
+		l->beating = 1;
 }
 
 s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
@@ -163,6 +559,22 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 		if (is_idle)
 			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 		return cpu;
+	}
+	/*
+	 * BVS for latency-sensitive tasks. A synchronous wake-up onto the
+	 * waker's vCPU (below) is kept when that vCPU is a low-latency one:
+	 * it is active by definition.
+	 */
+	if (bvs_enabled) {
+		struct task_ctx *tc = ctx_of(p);
+
+		if (tc && latency_sensitive(tc) &&
+		    !((wake_flags & VS_WAKE_SYNC) &&
+		      is_low_latency(bpf_get_smp_processor_id()))) {
+			cpu = bvs_pick(p, tc, prev_cpu);
+			if (cpu >= 0)
+				return cpu;
+		}
 	}
 	/*
 	 * A synchronous wake-up (the waker is about to wait, as in a pipe
@@ -253,6 +665,21 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 		return;
 	}
+	/* BVS chose a vCPU running SCHED_IDLE work: take it over now. */
+	if (enq_flags & VS_ENQ_WAKEUP) {
+		struct task_ctx *tc = ctx_of(p);
+
+		if (tc && tc->bvs_target_plus1) {
+			s32 target = tc->bvs_target_plus1 - 1;
+
+			tc->bvs_target_plus1 = 0;
+			if (target == scx_bpf_task_cpu(p)) {
+				scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
+						   enq_flags | VS_ENQ_PREEMPT);
+				return;
+			}
+		}
+	}
 	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it there. */
 	if (p->nr_cpus_allowed == 1) {
 		count(VS_STAT_PINNED);
@@ -276,6 +703,14 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 		s32 cur = scx_bpf_task_cpu(p);
 		bool cur_visible = visible(cur);
 		u32 cur_score = cur_visible ? score(cur) : 0;
+
+		cpu = ivh_destination(p, cur);
+		if (cpu >= 0) {
+			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL_ON | cpu, slice_ns,
+					   enq_flags);
+			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+			return;
+		}
 
 		cpu = find_best_idle(p, cur_score + 1);
 		if (cpu >= 0 && !vs_keep_prev(cur_score, score(cpu)) &&
@@ -307,6 +742,14 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	if (cpu >= 0) {
 		count(VS_STAT_KICKS);
 		scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+		return;
+	}
+	if (enq_flags & VS_ENQ_WAKEUP) {
+		cpu = find_idle_policy_cpu(p, scx_bpf_task_cpu(p));
+		if (cpu >= 0) {
+			count(VS_STAT_PREEMPTED_IDLE_POLICY);
+			scx_bpf_kick_cpu(cpu, VS_KICK_PREEMPT);
+		}
 	}
 }
 
@@ -316,6 +759,7 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 		scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL, 0);
 		return;
 	}
+	ivh_answer(cpu);
 	if (visible(cpu)) {
 		if (scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL, 0))
 			return;
@@ -329,16 +773,85 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 
 void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 {
+	s32 cpu = scx_bpf_task_cpu(p);
+	struct vcpu_live *l;
+	u64 now;
+
 	if (!is_idle_task(p) && p->scx.dsq_vtime > vtime_now)
 		vtime_now = p->scx.dsq_vtime;
+	if (reference_fifo || !(l = live_of(cpu)))
+		return;
+	now = bpf_ktime_get_ns();
+	/* The same task kept on its vCPU keeps its run time (IVH's 2 ms). */
+	if (l->curr_pid != p->pid)
+		l->curr_since_ns = now;
+	l->curr_pid = p->pid;
+	l->curr_idle_policy = is_idle_task(p);
+	l->curr_movable = p->nr_cpus_allowed == nr_cpus;
+	if (!l->last_beat_ns)
+		vs_beat(l, now, 2 * beat_ns);
+	start_beating(cpu, l);
 }
 
 void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 {
 	u64 used = slice_ns > p->scx.slice ? slice_ns - p->scx.slice : 0;
+	struct task_ctx *tc;
+	struct vcpu_live *l;
 
 	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
 					 vs_vtime_charge(used, p->scx.weight));
+	if (reference_fifo)
+		return;
+	if (!runnable && (l = live_of(scx_bpf_task_cpu(p))))
+		l->curr_pid = 0;
+	tc = ctx_of(p);
+	if (!tc)
+		return;
+	tc->run_this_wake_ns += used;
+	if (!runnable) {
+		/* Going to sleep: one wake-up's worth of running, for BVS. */
+		tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);
+		tc->run_this_wake_ns = 0;
+		if (tc->wakes < VS_BVS_MIN_WAKES)
+			tc->wakes++;
+	}
+}
+
+/* A task becomes runnable: whether its name was declared latency-sensitive. */
+void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tc;
+	char comm[16] = {};
+
+	if (!nr_latency_comms || reference_fifo || !(tc = ctx_of(p)))
+		return;
+	/* Checked at every wake-up: a task is renamed by exec after it
+	 * first became known. */
+	if (bpf_probe_read_kernel_str(comm, sizeof(comm), p->comm) > 0)
+		tc->declared = bpf_map_lookup_elem(&latency_comms, comm) != NULL;
+}
+
+void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
+{
+	if (!reference_fifo)
+		beat(bpf_get_smp_processor_id());
+}
+
+/* A vCPU goes idle (halts) or leaves idle: its beats stop or start. */
+void BPF_STRUCT_OPS(vsched_update_idle, s32 cpu, bool idle)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	if (!l)
+		return;
+	if (idle) {
+		l->last_beat_ns = 0;
+		l->curr_pid = 0;
+	} else {
+		/* Awake now: active from here. */
+		vs_beat(l, bpf_ktime_get_ns(), 2 * beat_ns);
+	}
 }
 
 void BPF_STRUCT_OPS(vsched_enable, struct task_struct *p)
@@ -365,6 +878,22 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 		if (err)
 			return err;
 	}
+	bpf_for(cpu, 0, nr_cpus) {
+		struct beat_timer *bt;
+		u32 key = cpu;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		bt = bpf_map_lookup_elem(&beat_timers, &key);
+		if (!bt)
+			return -ENOENT;
+		err = bpf_timer_init(&bt->timer, &beat_timers, VS_CLOCK_MONOTONIC);
+		if (err)
+			return err;
+		err = bpf_timer_set_callback(&bt->timer, beat_timer_fired);
+		if (err)
+			return err;
+	}
 	return 0;
 }
 
@@ -377,8 +906,11 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .select_cpu	= (void *)vsched_select_cpu,
 	       .enqueue		= (void *)vsched_enqueue,
 	       .dispatch	= (void *)vsched_dispatch,
+	       .runnable	= (void *)vsched_runnable,
 	       .running		= (void *)vsched_running,
 	       .stopping	= (void *)vsched_stopping,
+	       .tick		= (void *)vsched_tick,
+	       .update_idle	= (void *)vsched_update_idle,
 	       .enable		= (void *)vsched_enable,
 	       .init		= (void *)vsched_init,
 	       .exit		= (void *)vsched_exit,
@@ -386,8 +918,10 @@ SCX_OPS_DEFINE(vsched_ops,
 	        * ENQ_LAST: a task whose slice ends with nothing else to run is
 	        * enqueued again rather than silently kept running, so that
 	        * enqueue can move it to a stronger vCPU or off a hidden one.
+	        * KEEP_BUILTIN_IDLE: update_idle only feeds the heartbeat; the
+	        * kernel's idle tracking, which placement relies on, stays.
 	        */
-	       .flags		= SCX_OPS_ENQ_LAST,
+	       .flags		= SCX_OPS_ENQ_LAST | SCX_OPS_KEEP_BUILTIN_IDLE,
 	       /* A runnable task not run within 5 s ejects the scheduler:
 	        * sched_ext's watchdog, generous enough for TCG guests. */
 	       .timeout_ms	= 5000,

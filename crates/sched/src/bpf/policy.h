@@ -73,4 +73,98 @@ static inline int vs_keeps_vcpu(u64 task_vtime, u64 head_vtime)
 	return task_vtime <= head_vtime;
 }
 
+/*
+ * Moving average with weight 1/8 for the new sample: a vCPU's rhythm
+ * (active stretch, episode) shows within a handful of its periods, and
+ * one odd stretch moves the average by an eighth only. Starts at the
+ * first sample.
+ */
+static inline u64 vs_ewma(u64 avg, u64 sample)
+{
+	if (avg == 0)
+		return sample;
+	return avg - (avg >> 3) + (sample >> 3);
+}
+
+/*
+ * BVS's own recognition of a latency-sensitive task: it runs briefly per
+ * wake-up, at most VS_BVS_SHORT_RUN_NS on average over its recent ones
+ * (a request handler, an event loop), once VS_BVS_MIN_WAKES wake-ups
+ * have been seen. Half a millisecond is a quarter of the shortest
+ * inactive episodes BVS steers around (2 ms in the lab's layouts), so
+ * such a task finishes within an active stretch it starts in.
+ */
+#define VS_BVS_SHORT_RUN_NS 500000ull
+#define VS_BVS_MIN_WAKES 8u
+
+static inline int vs_latency_sensitive(u64 avg_run_ns, u32 wakes)
+{
+	return wakes >= VS_BVS_MIN_WAKES && avg_run_ns <= VS_BVS_SHORT_RUN_NS;
+}
+
+/*
+ * A heartbeat at `now` on a busy vCPU. A gap since the last beat longer
+ * than `gap_ns` means the vCPU was switched off in between (its beats
+ * come every beat period while it runs): that ends an active stretch and
+ * was an inactive episode. Returns whether it saw one.
+ */
+static inline int vs_beat(struct vcpu_live *l, u64 now, u64 gap_ns)
+{
+	int episode = 0;
+
+	if (l->last_beat_ns && now > l->last_beat_ns + gap_ns) {
+		if (l->last_beat_ns > l->active_since_ns)
+			l->active_mean_ns = vs_ewma(l->active_mean_ns,
+						    l->last_beat_ns - l->active_since_ns);
+		l->inactive_mean_ns = vs_ewma(l->inactive_mean_ns,
+					      now - l->last_beat_ns);
+		l->gaps++;
+		l->active_since_ns = now;
+		episode = 1;
+	} else if (l->last_beat_ns == 0) {
+		l->active_since_ns = now;
+	}
+	l->last_beat_ns = now;
+	return episode;
+}
+
+/*
+ * Whether a vCPU is active now and became so recently: its last beat is
+ * fresh and less than half its typical active stretch has gone by, so a
+ * task placed there starts at once and likely finishes before the next
+ * switch-off (BVS's state check). A vCPU with no rhythm seen yet counts
+ * as fresh while its beats are.
+ */
+static inline int vs_fresh_active(const struct vcpu_live *l, u64 now, u64 gap_ns)
+{
+	if (l->last_beat_ns == 0 || now > l->last_beat_ns + gap_ns)
+		return 0;
+	if (l->active_mean_ns == 0)
+		return 1;
+	return now - l->active_since_ns < l->active_mean_ns / 2;
+}
+
+/*
+ * Whether a busy vCPU is about to be switched off (IVH's trigger): it has
+ * shown a rhythm (at least two episodes) and its current active stretch
+ * is within `margin_ns` of the typical one's length.
+ */
+static inline int vs_about_to_stall(const struct vcpu_live *l, u64 now,
+				    u64 margin_ns)
+{
+	if (l->gaps < 2 || l->active_mean_ns == 0 || now < l->active_since_ns)
+		return 0;
+	return now - l->active_since_ns + margin_ns >= l->active_mean_ns;
+}
+
+/*
+ * Whether a step of IVH's hand-shake stamped at `stamp_ns` is still
+ * fresh at `now`: within `limit_ns` (one gap threshold). Later, one side
+ * was switched off in between and the move would no longer help.
+ */
+static inline int vs_handshake_fresh(u64 stamp_ns, u64 now, u64 limit_ns)
+{
+	return stamp_ns != 0 && now >= stamp_ns && now - stamp_ns <= limit_ns;
+}
+
 #endif /* VSCHED_POLICY_H */

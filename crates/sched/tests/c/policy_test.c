@@ -19,6 +19,59 @@ static int failures;
 		}                                                       \
 	} while (0)
 
+#define MS 1000000ull
+
+/*
+ * A vCPU on for 3 ms, off for 2 ms, beating every 0.5 ms while on: the
+ * heartbeat learns both lengths and counts one episode per off-period.
+ */
+static void beat_rhythm(void)
+{
+	struct vcpu_live l = { 0 };
+	uint64_t t = 10 * MS;
+	int episodes = 0;
+
+	for (int period = 0; period < 40; period++) {
+		for (int b = 0; b <= 6; b++)
+			episodes += vs_beat(&l, t + b * MS / 2, 1 * MS);
+		t += 5 * MS; /* 3 ms on, then 2 ms off */
+	}
+	CHECK(episodes == 39); /* the first beat has nothing before it */
+	CHECK(l.gaps == 39);
+	CHECK(l.active_mean_ns > 29 * MS / 10 && l.active_mean_ns <= 3 * MS);
+	CHECK(l.inactive_mean_ns >= 2 * MS && l.inactive_mean_ns < 21 * MS / 10);
+
+	/* Beats closer than the threshold are no episode. */
+	struct vcpu_live steady = { 0 };
+	for (int b = 0; b < 100; b++)
+		CHECK(!vs_beat(&steady, 10 * MS + b * MS / 2, 1 * MS));
+	CHECK(steady.active_since_ns == 10 * MS && steady.active_mean_ns == 0);
+}
+
+static void fresh_and_stalling(void)
+{
+	/* Active for 1 ms of a typical 4 ms stretch: fresh, not stalling. */
+	struct vcpu_live l = {
+		.last_beat_ns = 11 * MS, .active_since_ns = 10 * MS,
+		.active_mean_ns = 4 * MS, .gaps = 5,
+	};
+	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS));
+	CHECK(!vs_about_to_stall(&l, 11 * MS, 1 * MS));
+	/* 3 ms in: past half (not fresh), within 1 ms of the end (stalling). */
+	l.last_beat_ns = 13 * MS;
+	CHECK(!vs_fresh_active(&l, 13 * MS, 1 * MS));
+	CHECK(vs_about_to_stall(&l, 13 * MS, 1 * MS));
+	/* A stale beat: not active now, whatever the stretch. */
+	l.active_since_ns = 12900000;
+	CHECK(!vs_fresh_active(&l, 15 * MS, 1 * MS));
+	/* Idle (no beats expected): never fresh. */
+	struct vcpu_live idle = { 0 };
+	CHECK(!vs_fresh_active(&idle, 15 * MS, 1 * MS));
+	/* No rhythm yet (fewer than two episodes): no stall predicted. */
+	l.gaps = 1;
+	CHECK(!vs_about_to_stall(&l, 13 * MS, 1 * MS));
+}
+
 int main(void)
 {
 	struct vcpu_model unknown = { 0 };
@@ -55,6 +108,24 @@ int main(void)
 	CHECK(vs_keeps_vcpu(100, 100));
 	CHECK(vs_keeps_vcpu(99, 100));
 	CHECK(!vs_keeps_vcpu(101, 100));
+
+	/* Moving average: starts at the first sample, then moves by 1/8. */
+	CHECK(vs_ewma(0, 800) == 800);
+	CHECK(vs_ewma(800, 1600) == 900);
+
+	/* Latency-sensitive: short runs per wake-up, once enough were seen. */
+	CHECK(vs_latency_sensitive(200000, 8));
+	CHECK(!vs_latency_sensitive(200000, 7));
+	CHECK(!vs_latency_sensitive(600000, 100));
+
+	beat_rhythm();
+	fresh_and_stalling();
+
+	/* IVH's hand-shake: fresh within the limit, never when unstamped. */
+	CHECK(vs_handshake_fresh(1000, 1500, 500));
+	CHECK(!vs_handshake_fresh(1000, 1501, 500));
+	CHECK(!vs_handshake_fresh(0, 10, 500));
+	CHECK(!vs_handshake_fresh(2000, 1000, 500)); /* stamped by a later clock read */
 
 	if (failures)
 		return 1;
