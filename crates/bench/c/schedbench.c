@@ -5,12 +5,22 @@
  *   schedbench cpu THREADS ITERS            CPU-bound threads, fixed work each
  *   schedbench barrier THREADS ROUNDS ITERS ITERS of work, then a barrier, ROUNDS times
  *   schedbench pingpong PAIRS ROUNDTRIPS    pairs of threads passing a byte through pipes
+ *   schedbench server WORKERS REQUESTS SERVICE_US INTERVAL_US [BEST_EFFORT]
+ *       a request server (Tailbench-like): a generator issues REQUESTS at
+ *       random intervals (mean INTERVAL_US, open loop), WORKERS threads
+ *       serve them from one queue, SERVICE_US of CPU time each; with
+ *       BEST_EFFORT SCHED_IDLE threads spinning beside it
+ *   schedbench idle THREADS SECONDS        SCHED_IDLE threads spinning (best-effort load)
  *
  * Prints "elapsed_s SECONDS" (wall time from the first thread's start to
- * the last one's end) and nothing else on success.
+ * the last one's end) and nothing else on success; the server prints
+ * "p95_us P p50_us P p99_us P queue_p95_us Q service_p95_us S" instead:
+ * percentiles of a request's time from its arrival in the queue to its end, of
+ * its wait before a worker started it (queue), and of its serving (service).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +90,137 @@ static void *pingpong_thread(void *arg)
 	return NULL;
 }
 
+/* The request server's state. Requests are indices; their times are kept
+ * per request so that percentiles need no locking. */
+static long nr_requests, service_us;
+static double *issue_s, *start_s, *end_s;
+static long queued, taken; /* requests issued / picked up so far */
+static int all_issued, stop_best_effort;
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_nonempty = PTHREAD_COND_INITIALIZER;
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *server_worker(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		long r;
+		double until;
+
+		pthread_mutex_lock(&queue_lock);
+		while (taken == queued && !all_issued)
+			pthread_cond_wait(&queue_nonempty, &queue_lock);
+		if (taken == queued) {
+			pthread_mutex_unlock(&queue_lock);
+			return NULL;
+		}
+		r = taken++;
+		pthread_mutex_unlock(&queue_lock);
+		start_s[r] = now_s();
+		/* Service is CPU time, so a pre-empted request takes longer
+		 * in wall time, as a real one would. */
+		until = thread_cpu_s() + service_us / 1e6;
+		while (thread_cpu_s() < until)
+			sink += work(100, r);
+		end_s[r] = now_s();
+	}
+}
+
+static void *best_effort_thread(void *arg)
+{
+	struct sched_param none = { 0 };
+
+	(void)arg;
+	if (sched_setscheduler(0, SCHED_IDLE, &none))
+		abort();
+	while (!__atomic_load_n(&stop_best_effort, __ATOMIC_RELAXED))
+		sink += work(1000, 7);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The q-quantile (nearest rank) of n values, in µs; sorts them. */
+static double percentile_us(double *v, long n, double q)
+{
+	long rank = (long)(q * n + 0.999999);
+
+	qsort(v, n, sizeof(*v), cmp_double);
+	if (rank < 1)
+		rank = 1;
+	return v[rank - 1] * 1e6;
+}
+
+static int run_server(long workers, long interval_us, long best_effort)
+{
+	pthread_t w[128], be[128];
+	double *total = calloc(nr_requests, sizeof(double));
+	double *wait = calloc(nr_requests, sizeof(double));
+	double *serve = calloc(nr_requests, sizeof(double));
+	uint64_t rng = 0x9E3779B97F4A7C15ULL;
+	double t;
+
+	issue_s = calloc(nr_requests, sizeof(double));
+	start_s = calloc(nr_requests, sizeof(double));
+	end_s = calloc(nr_requests, sizeof(double));
+	if (!total || !wait || !serve || !issue_s || !start_s || !end_s)
+		return 1;
+	for (long i = 0; i < best_effort; i++)
+		pthread_create(&be[i], NULL, best_effort_thread, NULL);
+	for (long i = 0; i < workers; i++)
+		pthread_create(&w[i], NULL, server_worker, NULL);
+	t = now_s() + 0.05; /* let the workers reach their wait */
+	for (long r = 0; r < nr_requests; r++) {
+		struct timespec ts;
+
+		/* Uniform in [0, 2 x interval): mean interval, bursts included. */
+		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+		t += (double)(rng >> 11) / (double)(1ULL << 53) * 2 * interval_us / 1e6;
+		ts.tv_sec = (time_t)t;
+		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		pthread_mutex_lock(&queue_lock);
+		/* Arrival is when the request reaches the queue, as a server
+		 * sees it (Tailbench's queue time): the generator's own timer
+		 * lateness is the "network's", not the server's. */
+		issue_s[r] = now_s();
+		queued++;
+		pthread_cond_signal(&queue_nonempty);
+		pthread_mutex_unlock(&queue_lock);
+	}
+	pthread_mutex_lock(&queue_lock);
+	all_issued = 1;
+	pthread_cond_broadcast(&queue_nonempty);
+	pthread_mutex_unlock(&queue_lock);
+	for (long i = 0; i < workers; i++)
+		pthread_join(w[i], NULL);
+	__atomic_store_n(&stop_best_effort, 1, __ATOMIC_RELAXED);
+	for (long i = 0; i < best_effort; i++)
+		pthread_join(be[i], NULL);
+	for (long r = 0; r < nr_requests; r++) {
+		total[r] = end_s[r] - issue_s[r];
+		wait[r] = start_s[r] - issue_s[r];
+		serve[r] = end_s[r] - start_s[r];
+	}
+	printf("p95_us %.0f p50_us %.0f p99_us %.0f queue_p95_us %.0f service_p95_us %.0f\n",
+	       percentile_us(total, nr_requests, 0.95), percentile_us(total, nr_requests, 0.50),
+	       percentile_us(total, nr_requests, 0.99), percentile_us(wait, nr_requests, 0.95),
+	       percentile_us(serve, nr_requests, 0.95));
+	return 0;
+}
+
 static long arg(char **argv, int i)
 {
 	char *end;
@@ -100,7 +241,7 @@ int main(int argc, char **argv)
 	double start;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: schedbench cpu|barrier|pingpong ...\n");
+		fprintf(stderr, "usage: schedbench cpu|barrier|pingpong|server ...\n");
 		return 2;
 	}
 	n = arg(argv, 2);
@@ -119,6 +260,23 @@ int main(int argc, char **argv)
 		pthread_barrier_init(&barrier, NULL, n);
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, barrier_thread, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "server") && (argc == 6 || argc == 7)) {
+		long best_effort = argc == 7 ? atol(argv[6]) : 0;
+
+		nr_requests = arg(argv, 3);
+		service_us = arg(argv, 4);
+		if (best_effort < 0 || best_effort > 128) {
+			fprintf(stderr, "schedbench: 0-128 best-effort threads\n");
+			return 2;
+		}
+		return run_server(n, arg(argv, 5), best_effort);
+	} else if (!strcmp(argv[1], "idle")) {
+		long seconds = arg(argv, 3);
+
+		for (long i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, best_effort_thread, NULL);
+		sleep(seconds);
+		return 0;
 	} else if (!strcmp(argv[1], "pingpong")) {
 		roundtrips = arg(argv, 3);
 		for (long p = 0; p < n; p++) {

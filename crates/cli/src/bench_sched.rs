@@ -26,9 +26,17 @@ WHAT IT RUNS
                        default and 80% of the oracle
     capacity           one CPU-bound thread, 2 vCPUs, one capped at 50%
                        (vSched 5.3); goal: 1.3x and 80% of the oracle
+    bvs                a request server on 2 vCPUs of equal capacity whose
+                       inactive episodes differ 3x (host loads); p95 latency
+                       (vSched Table 3); goal: p95 halved (2x)
+    bvs-best-effort    the same beside SCHED_IDLE best-effort threads, with
+                       BVS's state check as a column; goal: p95 halved
+    ivh-1, ivh-2, ivh-4  1, 2, 4 CPU-bound threads on 4 vCPUs capped at 50%
+                       (vSched Fig. 15); goals: 1.8x, 1.3x, no loss
     overhead-cpu       2 CPU-bound threads on 2 dedicated vCPUs; goal: within 3%
     overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
-  speedup = default's median time / the variant's. Under TCG emulation every
+  speedup = default's median / the variant's, of the scenario's metric (wall
+  time, or p95 latency; lower is better for both). Under TCG emulation every
   scheduler callback and context switch is emulated too (docs/sched.md).
 
   Needs what the lab needs (root, qemu-system-x86, busybox-static) and a C
@@ -39,7 +47,8 @@ EXAMPLES
   vsched bench sched --only rwc --rounds 9
   vsched bench sched --json > sched.json")]
 pub struct SchedBenchArgs {
-    /// Run only this scenario (repeatable): rwc, capacity, overhead-cpu, overhead-pingpong
+    /// Run only this scenario (repeatable): rwc, capacity, bvs, bvs-best-effort,
+    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,
 
@@ -93,17 +102,29 @@ fn print_table(r: &ScenarioResult) {
         r.name, r.accel, r.rounds, r.workload
     );
     println!(
-        "  {:<22} {:>9} {:>8}  runs (s)",
-        "variant", "median s", "speedup"
+        "  {:<26} {:>12} {:>8}  runs",
+        "variant",
+        format!("median {}", r.metric),
+        "speedup"
     );
     for v in &r.variants {
-        let runs: Vec<String> = v.seconds.iter().map(|s| format!("{s:.3}")).collect();
+        let runs: Vec<String> = v.values.iter().map(|x| format!("{x:.3}")).collect();
+        let others: Vec<String> = v
+            .other_medians
+            .iter()
+            .map(|(k, x)| format!("{k} {x:.0}"))
+            .collect();
         println!(
-            "  {:<22} {:>9.3} {:>7.2}x  {}",
+            "  {:<26} {:>12.3} {:>7.2}x  {}{}",
             v.variant,
-            v.median_s,
+            v.median,
             v.speedup_vs_default,
-            runs.join(" ")
+            runs.join(" "),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!("  (medians: {})", others.join(", "))
+            }
         );
     }
     if let Some(o) = r.vsched_of_oracle {

@@ -256,7 +256,7 @@ fn bench_sched_runs_every_variant_of_a_scenario() {
         .map(|v| {
             (
                 v["variant"].as_str().unwrap(),
-                v["median_s"].as_f64().unwrap_or(f64::NAN),
+                v["median"].as_f64().unwrap_or(f64::NAN),
             )
         })
         .collect();

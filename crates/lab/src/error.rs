@@ -11,6 +11,8 @@ pub type Result<T, E = LabError> = std::result::Result<T, E>;
 /// Errors of the lab library.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
+    #[error("host load: {0}")]
+    HostLoad(String),
     #[error("reading layout {}", path.display())]
     ReadLayout {
         path: PathBuf,
@@ -156,6 +158,8 @@ pub enum LayoutError {
     },
     #[error("extra binary {} does not exist", path.display())]
     ExtraBinary { path: PathBuf },
+    #[error("{0}")]
+    HostLoad(String),
     #[error("{section}: vCPU id {id} does not exist (vcpus = {vcpus})")]
     NoSuchVcpu {
         section: String,

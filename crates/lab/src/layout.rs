@@ -28,6 +28,9 @@ pub struct Layout {
     /// Changes applied at given times after the first command starts.
     #[serde(default, rename = "phase")]
     pub phases: Vec<PhaseSpec>,
+    /// Host threads that take a host CPU in a rhythm (see host_load.rs).
+    #[serde(default, rename = "host_load")]
+    pub host_loads: Vec<crate::host_load::HostLoad>,
     /// Guest kernel: "default" (Debian's cloud kernel of the host's release)
     /// or "sched_ext" (Debian's newest, which has sched_ext).
     #[serde(default)]
@@ -182,6 +185,7 @@ impl Layout {
                 host_cpus,
             )?;
         }
+        crate::host_load::validate(&self.host_loads, host_cpus).map_err(LayoutError::HostLoad)?;
         for b in &self.extra_binaries {
             if !b.is_file() {
                 return Err(LayoutError::ExtraBinary { path: b.clone() });

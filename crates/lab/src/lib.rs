@@ -8,6 +8,7 @@ pub mod check;
 pub mod disturb;
 pub mod error;
 pub mod host;
+pub mod host_load;
 pub mod initramfs;
 pub mod kernel;
 pub mod layout;

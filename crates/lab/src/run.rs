@@ -276,6 +276,8 @@ pub fn run(
         }
         Accel::Auto => vec![Accel::Tcg],
     };
+    // Running for the whole boot and run; stopped when this returns.
+    let _host_loads = crate::host_load::HostLoads::start(&layout.host_loads)?;
     let mut last_err = None;
     for (i, &accel) in order.iter().enumerate() {
         let trial = accel == Accel::Kvm && order.len() > 1;

@@ -37,10 +37,13 @@ pub const SCHEDBENCH: CSource = CSource {
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantResult {
     pub variant: String,
-    pub seconds: Vec<f64>,
-    pub median_s: f64,
-    /// Default's median over this one's: above 1 is faster than default.
+    /// The scenario's metric, run by run (lower is better).
+    pub values: Vec<f64>,
+    pub median: f64,
+    /// Default's median over this one's: above 1 is better than default.
     pub speedup_vs_default: f64,
+    /// Medians of what else the workload printed (queue and service time).
+    pub other_medians: Vec<(String, f64)>,
 }
 
 /// What one scenario measured.
@@ -49,6 +52,8 @@ pub struct ScenarioResult {
     pub name: &'static str,
     pub what: &'static str,
     pub workload: String,
+    /// What `values` and `median` measure (lower is better).
+    pub metric: &'static str,
     pub rounds: usize,
     pub variants: Vec<VariantResult>,
     /// vsched's median speed as a share of the oracle's (1 = as fast).
@@ -165,36 +170,48 @@ pub fn summarize(
         .variants()
         .into_iter()
         .map(|(label, _)| {
-            let seconds: Vec<f64> = lines
-                .iter()
-                .filter(|l| l.variant == label)
-                .map(|l| l.seconds)
-                .collect();
-            let m = if seconds.is_empty() {
-                f64::NAN
-            } else {
-                median(&mut seconds.clone())
+            let runs: Vec<&RunLine> = lines.iter().filter(|l| l.variant == label).collect();
+            let medians = |metric: &str| -> (Vec<f64>, f64) {
+                let v: Vec<f64> = runs.iter().filter_map(|l| l.get(metric)).collect();
+                let m = if v.is_empty() {
+                    f64::NAN
+                } else {
+                    median(&mut v.clone())
+                };
+                (v, m)
             };
+            let (values, m) = medians(scenario.metric);
+            let mut others: Vec<&str> = Vec::new();
+            for (k, _) in runs.iter().flat_map(|l| &l.values) {
+                if k != scenario.metric && !others.contains(&k.as_str()) {
+                    others.push(k);
+                }
+            }
+            let other_medians = others
+                .into_iter()
+                .map(|k| (k.to_string(), medians(k).1))
+                .collect();
             VariantResult {
                 variant: label,
-                seconds,
-                median_s: m,
+                values,
+                median: m,
                 speedup_vs_default: f64::NAN,
+                other_medians,
             }
         })
         .collect();
-    let default = variants.iter().find(|v| v.variant == "default")?.median_s;
+    let default = variants.iter().find(|v| v.variant == "default")?.median;
     if !default.is_finite() {
         return None;
     }
     for v in &mut variants {
-        v.speedup_vs_default = default / v.median_s;
+        v.speedup_vs_default = default / v.median;
     }
     let med = |name: &str| {
         variants
             .iter()
             .find(|v| v.variant == name)
-            .map(|v| v.median_s)
+            .map(|v| v.median)
     };
     let vsched = med("vsched")?;
     let vsched_of_oracle = med("oracle").map(|o| o / vsched);
@@ -204,6 +221,7 @@ pub fn summarize(
         name: scenario.name,
         what: scenario.what,
         workload: scenario.workload.join(" "),
+        metric: scenario.metric,
         rounds,
         variants,
         vsched_of_oracle,

@@ -35,6 +35,9 @@ pub struct Scenario {
     pub layout: &'static str,
     /// schedbench's arguments.
     pub workload: &'static [&'static str],
+    /// What is compared, lower being better: "elapsed_s" (wall time of a
+    /// fixed amount of work) or "p95_us" (the request server's tail).
+    pub metric: &'static str,
     /// The oracle's vCPUs (taskset list), if a static placement is known.
     pub oracle_cpus: Option<&'static str>,
     /// Ablations: extra `vsched sched` flags, each its own column.
@@ -87,6 +90,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout_file: "lab/sched/bench-rwc.toml",
         layout: include_str!("../../../../lab/sched/bench-rwc.toml"),
         workload: &["barrier", "4", "100", "400000"],
+        metric: "elapsed_s",
         oracle_cpus: Some("0,1"),
         ablations: &["--no-rwc"],
         fifo_reference: false,
@@ -102,6 +106,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout_file: "lab/sched/bench-capacity.toml",
         layout: include_str!("../../../../lab/sched/bench-capacity.toml"),
         workload: &["cpu", "1", "200000000"],
+        metric: "elapsed_s",
         oracle_cpus: Some("0"),
         ablations: &["--no-capacity"],
         fifo_reference: false,
@@ -111,11 +116,91 @@ pub const SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "bvs",
+        what: "vSched Fig. 14 / Table 3 in miniature: a request server (4 workers, 200 us \
+               requests, one every 1 ms on average) on 2 vCPUs of equal capacity, one \
+               switched off 1 ms at a time, the other 3 ms (host loads); p95 latency",
+        layout_file: "lab/sched/bench-bvs.toml",
+        layout: include_str!("../../../../lab/sched/bench-bvs.toml"),
+        workload: &["server", "4", "2000", "200", "1000"],
+        metric: "p95_us",
+        oracle_cpus: Some("0"),
+        ablations: &["--no-bvs"],
+        fifo_reference: false,
+        goal: Goal {
+            min_speedup: 2.0,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
+        name: "bvs-best-effort",
+        what: "the same with 2 SCHED_IDLE best-effort threads harvesting both vCPUs \
+               (Table 3's right half, with BVS's state check as its own column)",
+        layout_file: "lab/sched/bench-bvs.toml",
+        layout: include_str!("../../../../lab/sched/bench-bvs.toml"),
+        workload: &["server", "4", "2000", "200", "1000", "2"],
+        metric: "p95_us",
+        oracle_cpus: Some("0"),
+        ablations: &["--no-bvs", "--bvs-no-state-check"],
+        fifo_reference: false,
+        goal: Goal {
+            min_speedup: 2.0,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
+        name: "ivh-1",
+        what: "vSched Fig. 15 / Table 4 in miniature: 1 CPU-bound thread on 4 vCPUs each \
+               capped at 50% (5 of every 10 ms), periods out of phase",
+        layout_file: "lab/sched/bench-ivh.toml",
+        layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
+        workload: &["cpu", "1", "100000000"],
+        metric: "elapsed_s",
+        oracle_cpus: None,
+        ablations: &["--no-ivh", "--ivh-unaware"],
+        fifo_reference: false,
+        goal: Goal {
+            min_speedup: 1.8,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
+        name: "ivh-2",
+        what: "the same with 2 threads (vCPUs/2)",
+        layout_file: "lab/sched/bench-ivh.toml",
+        layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
+        workload: &["cpu", "2", "100000000"],
+        metric: "elapsed_s",
+        oracle_cpus: None,
+        ablations: &["--no-ivh", "--ivh-unaware"],
+        fifo_reference: false,
+        goal: Goal {
+            min_speedup: 1.3,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
+        name: "ivh-4",
+        what: "the same with 4 threads (one per vCPU): nothing to harvest, no loss allowed",
+        layout_file: "lab/sched/bench-ivh.toml",
+        layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
+        workload: &["cpu", "4", "100000000"],
+        metric: "elapsed_s",
+        oracle_cpus: None,
+        ablations: &["--no-ivh"],
+        fifo_reference: false,
+        goal: Goal {
+            min_speedup: 0.97,
+            min_of_oracle: None,
+        },
+    },
+    Scenario {
         name: "overhead-cpu",
         what: "overhead: 2 CPU-bound threads on 2 dedicated vCPUs (nothing to gain)",
         layout_file: "lab/sched/two-free.toml",
         layout: include_str!("../../../../lab/sched/two-free.toml"),
         workload: &["cpu", "2", "200000000"],
+        metric: "elapsed_s",
         oracle_cpus: None,
         // Apart: the scheduler's own cost and the probers'.
         ablations: &["--no-probe"],
@@ -132,6 +217,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout_file: "lab/sched/two-free.toml",
         layout: include_str!("../../../../lab/sched/two-free.toml"),
         workload: &["pingpong", "1", "20000"],
+        metric: "elapsed_s",
         oracle_cpus: None,
         ablations: &["--no-probe"],
         fifo_reference: true,

@@ -1,5 +1,7 @@
 //! The shell script a scenario runs in its guest, and the parsing of what
-//! it prints: one line per run, "@@run VARIANT ROUND elapsed_s SECONDS".
+//! it prints: one line per run, "@@run VARIANT ROUND KEY VALUE...", the
+//! workload's own output (schedbench: "elapsed_s 1.25", or the request
+//! server's percentiles) after the variant and round.
 
 use super::scenario::{Scenario, VariantKind};
 
@@ -22,7 +24,18 @@ const SUMMARY: &str = "@@summary";
 pub struct RunLine {
     pub variant: String,
     pub round: usize,
-    pub seconds: f64,
+    /// What the workload printed, in its order: (name, value).
+    pub values: Vec<(String, f64)>,
+}
+
+impl RunLine {
+    /// The value named `metric`, if the workload printed it.
+    pub fn get(&self, metric: &str) -> Option<f64> {
+        self.values
+            .iter()
+            .find(|(k, _)| k == metric)
+            .map(|&(_, v)| v)
+    }
 }
 
 /// The guest script for rounds `rounds` (a range of round numbers): every
@@ -82,18 +95,25 @@ pub fn parse_results(output: &str) -> (Vec<RunLine>, Option<serde_json::Value>) 
         let Some(rest) = line.strip_prefix(RUN) else {
             continue;
         };
-        // "vsched --no-rwc 3 elapsed_s 1.25": the label may have spaces.
+        // "vsched --no-rwc 3 elapsed_s 1.25": the label may have spaces;
+        // the round is the first number followed by KEY VALUE pairs.
         let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() < 4 || f[f.len() - 2] != "elapsed_s" {
+        let Some(at) = (1..f.len()).find(|&i| {
+            f[i].parse::<usize>().is_ok() && (f.len() - i - 1) % 2 == 0 && f.len() - i > 2
+        }) else {
             continue;
-        }
-        let (Ok(round), Ok(seconds)) = (f[f.len() - 3].parse(), f[f.len() - 1].parse()) else {
+        };
+        let values: Option<Vec<(String, f64)>> = f[at + 1..]
+            .chunks(2)
+            .map(|kv| kv[1].parse().ok().map(|v| (kv[0].to_string(), v)))
+            .collect();
+        let (Ok(round), Some(values)) = (f[at].parse(), values) else {
             continue;
         };
         runs.push(RunLine {
-            variant: f[..f.len() - 3].join(" "),
+            variant: f[..at].join(" "),
             round,
-            seconds,
+            values,
         });
     }
     (runs, summary)
@@ -137,7 +157,8 @@ mod tests {
     #[test]
     fn results_and_summary_are_read_back() {
         let out = "noise\n@@run default 0 elapsed_s 2.5\n@@run vsched --no-rwc 1 elapsed_s 1.25\n\
-                   @@run oracle 0 elapsed_s \n@@summary {\"model_updates\": 3}\n";
+                   @@run oracle 0 elapsed_s \n@@run vsched 2 p95_us 900 queue_p95_us 700\n\
+                   @@summary {\"model_updates\": 3}\n";
         let (runs, summary) = parse_results(out);
         assert_eq!(
             runs,
@@ -145,12 +166,17 @@ mod tests {
                 RunLine {
                     variant: "default".into(),
                     round: 0,
-                    seconds: 2.5
+                    values: vec![("elapsed_s".into(), 2.5)]
                 },
                 RunLine {
                     variant: "vsched --no-rwc".into(),
                     round: 1,
-                    seconds: 1.25
+                    values: vec![("elapsed_s".into(), 1.25)]
+                },
+                RunLine {
+                    variant: "vsched".into(),
+                    round: 2,
+                    values: vec![("p95_us".into(), 900.0), ("queue_p95_us".into(), 700.0)]
                 },
             ]
         );
