@@ -71,9 +71,11 @@ impl HostLoads {
             running.threads.push(thread);
             match ready.recv() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(LabError::HostLoad(format!(
+                Ok(Err(e)) => {
+                    return Err(LabError::HostLoad(format!(
                     "host CPU {host_cpu}: {e} (pinning and SCHED_FIFO need root or CAP_SYS_NICE)"
-                ))),
+                )))
+                }
                 Err(_) => return Err(LabError::HostLoad("a load thread died".into())),
             }
         }

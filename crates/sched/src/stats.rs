@@ -82,7 +82,12 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_BVS_IDLE_POLICY,
         name: "bvs_idle_policy",
-        help: "BVS: ... on a low-latency vCPU running only SCHED_IDLE work (pre-empted)",
+        help: "BVS: ... on a vCPU running only SCHED_IDLE work (pre-empted)",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_BVS_BEHIND_SHORT,
+        name: "bvs_behind_short",
+        help: "BVS: ... queued behind a short latency-sensitive task on a low-latency vCPU",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BVS_NONE,

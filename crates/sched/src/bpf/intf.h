@@ -85,6 +85,8 @@ struct vcpu_live {
 	u32 curr_pid;
 	u32 curr_idle_policy;
 	u32 curr_movable;
+	/* The task running now is latency-sensitive (BVS's view). */
+	u32 curr_short;
 	/* The heartbeat timer is armed. */
 	u32 beating;
 	/* IVH, on the target: a source asked it to take its task (pre-wake). */
@@ -126,9 +128,11 @@ enum vs_stat {
 	 * running only SCHED_IDLE work (as the kernel's default would). */
 	VS_STAT_PREEMPTED_IDLE_POLICY,
 	/* BVS: latency-sensitive wake-ups placed on a low-latency vCPU that
-	 * was idle, that ran only SCHED_IDLE work (pre-empted), or none found. */
+	 * was idle; on a vCPU that ran only SCHED_IDLE work (pre-empted);
+	 * behind a short task on a low-latency vCPU; or none found. */
 	VS_STAT_BVS_IDLE,
 	VS_STAT_BVS_IDLE_POLICY,
+	VS_STAT_BVS_BEHIND_SHORT,
 	VS_STAT_BVS_NONE,
 	/* IVH: migrations started, done, abandoned because the target answered
 	 * late or because the source was switched off before it could move. */

@@ -126,9 +126,11 @@ struct task_ctx {
 	u32 wakes;
 	/* Named by --latency-sensitive. */
 	u32 declared;
-	/* BVS chose a vCPU running SCHED_IDLE work: its number + 1 (0: none),
-	 * pre-empted on enqueue. */
+	/* BVS chose a busy vCPU: its number + 1 (0: none), for enqueue to
+	 * put the task there; pre-empting (SCHED_IDLE work) or behind (a
+	 * short task). */
 	u32 bvs_target_plus1;
+	u32 bvs_preempt;
 };
 
 struct {
@@ -275,14 +277,27 @@ static bool runs_idle_policy(s32 cpu)
 }
 
 /*
- * BVS's state check: the vCPU is active now and became so recently (its
- * heartbeat, policy.h), and the host has not switched it off (KVM).
+ * BVS's state check: the vCPU is active now with time left for a task that
+ * runs `need_ns` (its heartbeat, policy.h), and the host has not switched
+ * it off (KVM).
  */
-static bool fresh_active(s32 cpu, u64 now)
+static bool fresh_active(s32 cpu, u64 now, u64 need_ns)
 {
 	struct vcpu_live *l = live_of(cpu);
 
-	return l && vs_fresh_active(l, now, 2 * beat_ns) && !host_preempted(cpu);
+	return l && vs_fresh_active(l, now, 2 * beat_ns, need_ns) &&
+	       !host_preempted(cpu);
+}
+
+/* Whether `cpu` runs a short latency-sensitive task with fewer than
+ * VS_BVS_MAX_BEHIND tasks queued behind it (a waking one would wait
+ * about their runs, a fraction of a millisecond each). */
+static bool runs_short_task(s32 cpu)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	return l && l->curr_pid && l->curr_short &&
+	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) < VS_BVS_MAX_BEHIND;
 }
 
 static bool is_low_latency(s32 cpu)
@@ -294,38 +309,42 @@ static bool is_low_latency(s32 cpu)
 }
 
 /*
- * BVS: a vCPU for a waking latency-sensitive task, first fit among the
- * visible low-latency vCPUs it may use, starting at its previous one:
- * idle, or running only SCHED_IDLE work (with the state check: only if
- * it became active recently, so the task starts at once and likely ends
- * before the next switch-off). Claims an idle one; marks the task to
- * pre-empt a SCHED_IDLE one. -1 when none fits: the usual path decides.
+ * BVS: a vCPU for a waking latency-sensitive task, by vs_bvs_rank
+ * (policy.h) over the visible vCPUs it may use, first fit from its
+ * previous vCPU (the first of the best rank found wins; the best rank
+ * ends the search at once). An idle vCPU is claimed and the task
+ * inserted; otherwise the task is marked for enqueue to put it there,
+ * pre-empting SCHED_IDLE work or queued behind the short task. -1 when
+ * no vCPU ranks: the usual path decides.
  */
 static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 {
 	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
 	u64 now = bpf_ktime_get_ns();
+	u64 need = tc->avg_run_ns;
 	s32 found = -1;
-	bool via_idle_policy = false;
+	int best = VS_BVS_NONE;
 	u32 i;
 
 	bpf_for(i, 0, nr_cpus) {
 		s32 cpu = (prev_cpu + i) % nr_cpus;
+		bool is_idle;
+		int rank;
 
 		if (cpu < 0 || cpu >= VS_MAX_CPUS || i >= VS_MAX_CPUS)
 			break;
-		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !visible(cpu) ||
-		    !is_low_latency(cpu))
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !visible(cpu))
 			continue;
-		if (bpf_cpumask_test_cpu(cpu, idle) && !host_preempted(cpu)) {
+		is_idle = bpf_cpumask_test_cpu(cpu, idle) && !host_preempted(cpu);
+		rank = vs_bvs_rank(is_low_latency(cpu), is_idle,
+				   runs_idle_policy(cpu),
+				   fresh_active(cpu, now, need),
+				   runs_short_task(cpu), bvs_state_check);
+		if (rank < best) {
+			best = rank;
 			found = cpu;
-			break;
-		}
-		if (runs_idle_policy(cpu) &&
-		    (!bvs_state_check || fresh_active(cpu, now))) {
-			found = cpu;
-			via_idle_policy = true;
-			break;
+			if (rank == VS_BVS_IDLE)
+				break;
 		}
 	}
 	scx_bpf_put_idle_cpumask(idle);
@@ -333,15 +352,17 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 		count(VS_STAT_BVS_NONE);
 		return -1;
 	}
-	if (via_idle_policy) {
-		tc->bvs_target_plus1 = found + 1;
-		count(VS_STAT_BVS_IDLE_POLICY);
+	if (best == VS_BVS_IDLE) {
+		if (!scx_bpf_test_and_clear_cpu_idle(found))
+			return -1;
+		count(VS_STAT_BVS_IDLE);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
 		return found;
 	}
-	if (!scx_bpf_test_and_clear_cpu_idle(found))
-		return -1;
-	count(VS_STAT_BVS_IDLE);
-	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
+	tc->bvs_target_plus1 = found + 1;
+	tc->bvs_preempt = best != VS_BVS_BEHIND_SHORT;
+	count(best == VS_BVS_BEHIND_SHORT ? VS_STAT_BVS_BEHIND_SHORT :
+					     VS_STAT_BVS_IDLE_POLICY);
 	return found;
 }
 
@@ -665,7 +686,8 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
 		return;
 	}
-	/* BVS chose a vCPU running SCHED_IDLE work: take it over now. */
+	/* BVS chose a busy vCPU: take over its SCHED_IDLE work now, or
+	 * queue behind its short task. */
 	if (enq_flags & VS_ENQ_WAKEUP) {
 		struct task_ctx *tc = ctx_of(p);
 
@@ -675,7 +697,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 			tc->bvs_target_plus1 = 0;
 			if (target == scx_bpf_task_cpu(p)) {
 				scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
-						   enq_flags | VS_ENQ_PREEMPT);
+						   enq_flags | (tc->bvs_preempt ? VS_ENQ_PREEMPT : 0));
 				return;
 			}
 		}
@@ -774,6 +796,7 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
+	struct task_ctx *tc;
 	struct vcpu_live *l;
 	u64 now;
 
@@ -788,6 +811,8 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	l->curr_pid = p->pid;
 	l->curr_idle_policy = is_idle_task(p);
 	l->curr_movable = p->nr_cpus_allowed == nr_cpus;
+	tc = bvs_enabled ? ctx_of(p) : NULL;
+	l->curr_short = tc && latency_sensitive(tc);
 	if (!l->last_beat_ns)
 		vs_beat(l, now, 2 * beat_ns);
 	start_beating(cpu, l);

@@ -97,6 +97,15 @@ static inline u64 vs_ewma(u64 avg, u64 sample)
 #define VS_BVS_SHORT_RUN_NS 500000ull
 #define VS_BVS_MIN_WAKES 8u
 
+/*
+ * Tasks BVS lets wait behind a short task on a low-latency vCPU: two, a
+ * wait of at most about 1 ms (two short runs), against a high-latency
+ * vCPU's episodes of several ms (measured in the lab's BVS layout, 3 ms
+ * against 1 ms: with one, a burst of wake-ups overflowed to the
+ * high-latency vCPU, and 40% of the requests were served there).
+ */
+#define VS_BVS_MAX_BEHIND 2
+
 static inline int vs_latency_sensitive(u64 avg_run_ns, u32 wakes)
 {
 	return wakes >= VS_BVS_MIN_WAKES && avg_run_ns <= VS_BVS_SHORT_RUN_NS;
@@ -129,19 +138,67 @@ static inline int vs_beat(struct vcpu_live *l, u64 now, u64 gap_ns)
 }
 
 /*
- * Whether a vCPU is active now and became so recently: its last beat is
- * fresh and less than half its typical active stretch has gone by, so a
- * task placed there starts at once and likely finishes before the next
- * switch-off (BVS's state check). A vCPU with no rhythm seen yet counts
- * as fresh while its beats are.
+ * Whether a vCPU is active now with time left for a task that runs
+ * `need_ns`: its last beat is fresh and its typical active stretch has
+ * at least that much to go, so the task starts at once and likely
+ * finishes before the next switch-off (BVS's state check: the paper's
+ * "became active recently"). A vCPU with no rhythm seen yet counts as
+ * fresh while its beats are.
  */
-static inline int vs_fresh_active(const struct vcpu_live *l, u64 now, u64 gap_ns)
+static inline int vs_fresh_active(const struct vcpu_live *l, u64 now,
+				  u64 gap_ns, u64 need_ns)
 {
-	if (l->last_beat_ns == 0 || now > l->last_beat_ns + gap_ns)
+	u64 so_far;
+
+	if (l->last_beat_ns == 0 || now > l->last_beat_ns + gap_ns ||
+	    now < l->active_since_ns)
 		return 0;
 	if (l->active_mean_ns == 0)
 		return 1;
-	return now - l->active_since_ns < l->active_mean_ns / 2;
+	so_far = now - l->active_since_ns;
+	return so_far + need_ns <= l->active_mean_ns;
+}
+
+/*
+ * BVS's preference among the vCPUs a latency-sensitive task may wake on,
+ * lower first (VS_BVS_NONE: not a BVS choice). Low-latency vCPUs come
+ * first: idle; running only SCHED_IDLE work and active with time left
+ * (fresh); then a high-latency vCPU in that fresh state (active now, the
+ * task will likely finish before its longer switch-off); then waiting
+ * behind a short latency-sensitive task on a low-latency vCPU (a wait of
+ * about its run, under half a millisecond); last, SCHED_IDLE work on a
+ * low-latency vCPU that is not fresh (a wait of one short episode at
+ * most). Without the state check every vCPU running SCHED_IDLE work
+ * counts as fresh, and high-latency ones are never chosen.
+ */
+enum vs_bvs_rank {
+	VS_BVS_IDLE = 1,
+	VS_BVS_IDLE_POLICY_FRESH,
+	VS_BVS_FAR_FRESH,
+	VS_BVS_BEHIND_SHORT,
+	VS_BVS_IDLE_POLICY_STALE,
+	VS_BVS_NONE,
+};
+
+static inline int vs_bvs_rank(int low_latency, int idle, int idle_policy,
+			      int fresh, int behind_short, int state_check)
+{
+	if (!state_check)
+		fresh = 1;
+	if (low_latency) {
+		if (idle)
+			return VS_BVS_IDLE;
+		if (idle_policy && fresh)
+			return VS_BVS_IDLE_POLICY_FRESH;
+		if (behind_short)
+			return VS_BVS_BEHIND_SHORT;
+		if (idle_policy)
+			return VS_BVS_IDLE_POLICY_STALE;
+		return VS_BVS_NONE;
+	}
+	if (idle_policy && fresh && state_check)
+		return VS_BVS_FAR_FRESH;
+	return VS_BVS_NONE;
 }
 
 /*

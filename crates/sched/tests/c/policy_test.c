@@ -55,18 +55,20 @@ static void fresh_and_stalling(void)
 		.last_beat_ns = 11 * MS, .active_since_ns = 10 * MS,
 		.active_mean_ns = 4 * MS, .gaps = 5,
 	};
-	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS));
+	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS, MS / 5));
+	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS, 3 * MS)); /* just fits */
+	CHECK(!vs_fresh_active(&l, 11 * MS, 1 * MS, 3 * MS + 1));
 	CHECK(!vs_about_to_stall(&l, 11 * MS, 1 * MS));
-	/* 3 ms in: past half (not fresh), within 1 ms of the end (stalling). */
-	l.last_beat_ns = 13 * MS;
-	CHECK(!vs_fresh_active(&l, 13 * MS, 1 * MS));
-	CHECK(vs_about_to_stall(&l, 13 * MS, 1 * MS));
+	/* 3.9 ms in: no time left for 0.2 ms, within 1 ms of the end. */
+	l.last_beat_ns = 13900000;
+	CHECK(!vs_fresh_active(&l, 13900000, 1 * MS, MS / 5));
+	CHECK(vs_about_to_stall(&l, 13900000, 1 * MS));
 	/* A stale beat: not active now, whatever the stretch. */
 	l.active_since_ns = 12900000;
-	CHECK(!vs_fresh_active(&l, 15 * MS, 1 * MS));
+	CHECK(!vs_fresh_active(&l, 15 * MS, 1 * MS, 0));
 	/* Idle (no beats expected): never fresh. */
 	struct vcpu_live idle = { 0 };
-	CHECK(!vs_fresh_active(&idle, 15 * MS, 1 * MS));
+	CHECK(!vs_fresh_active(&idle, 15 * MS, 1 * MS, 0));
 	/* No rhythm yet (fewer than two episodes): no stall predicted. */
 	l.gaps = 1;
 	CHECK(!vs_about_to_stall(&l, 13 * MS, 1 * MS));
@@ -120,6 +122,22 @@ int main(void)
 
 	beat_rhythm();
 	fresh_and_stalling();
+
+	/* BVS ranks: low-latency first, then fresh far ones, then waits. */
+	CHECK(vs_bvs_rank(1, 1, 0, 0, 0, 1) == VS_BVS_IDLE);
+	CHECK(vs_bvs_rank(1, 0, 1, 1, 0, 1) == VS_BVS_IDLE_POLICY_FRESH);
+	CHECK(vs_bvs_rank(0, 0, 1, 1, 0, 1) == VS_BVS_FAR_FRESH);
+	CHECK(vs_bvs_rank(1, 0, 0, 0, 1, 1) == VS_BVS_BEHIND_SHORT);
+	CHECK(vs_bvs_rank(1, 0, 1, 0, 0, 1) == VS_BVS_IDLE_POLICY_STALE);
+	CHECK(vs_bvs_rank(0, 1, 0, 0, 0, 1) == VS_BVS_NONE); /* far and idle: not BVS's */
+	CHECK(vs_bvs_rank(1, 0, 0, 0, 0, 1) == VS_BVS_NONE); /* busy with normal work */
+	CHECK(VS_BVS_IDLE < VS_BVS_IDLE_POLICY_FRESH &&
+	      VS_BVS_FAR_FRESH < VS_BVS_BEHIND_SHORT &&
+	      VS_BVS_BEHIND_SHORT < VS_BVS_IDLE_POLICY_STALE);
+	/* Without the state check: any SCHED_IDLE low-latency vCPU is taken
+	 * as fresh, and far ones never. */
+	CHECK(vs_bvs_rank(1, 0, 1, 0, 0, 0) == VS_BVS_IDLE_POLICY_FRESH);
+	CHECK(vs_bvs_rank(0, 0, 1, 1, 0, 0) == VS_BVS_NONE);
 
 	/* IVH's hand-shake: fresh within the limit, never when unstamped. */
 	CHECK(vs_handshake_fresh(1000, 1500, 500));
