@@ -31,8 +31,9 @@ WHAT IT RUNS
                        (vSched Table 3); goal: p95 halved (2x)
     bvs-best-effort    the same beside SCHED_IDLE best-effort threads, with
                        BVS's state check as a column; goal: p95 halved
-    ivh-1, ivh-2, ivh-4  1, 2, 4 CPU-bound threads on 4 vCPUs capped at 50%
-                       (vSched Fig. 15); goals: 1.8x, 1.3x, no loss
+    ivh-1, ivh-2, ivh-4  1, 2, 4 CPU-bound threads on 4 vCPUs capped at 50%,
+                       two per host CPU, RWC off (vSched Fig. 15); goals:
+                       1.8x, 1.3x, no loss
     overhead-cpu       2 CPU-bound threads on 2 dedicated vCPUs; goal: within 3%
     overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
   speedup = default's median / the variant's, of the scenario's metric (wall

@@ -1,8 +1,10 @@
 //! `vsched sched` in lab guests that have sched_ext (Debian's newest cloud
 //! kernel, fetched by the lab): it loads and unloads, passes the program's
 //! exit status through, refuses clearly where it cannot load, leaves the
-//! default scheduler and every task running when killed outright, and RWC
-//! keeps normal tasks off the vCPU it hides. Needs what the lab needs
+//! default scheduler and every task running when killed outright, RWC
+//! keeps normal tasks off the vCPU it hides, BVS serves a request server
+//! from the low-latency vCPU, and IVH moves a CPU-bound thread between
+//! capped vCPUs through its hand-shake. Needs what the lab needs
 //! (root, qemu-system-x86, busybox-static) and network access to Debian's
 //! archive the first time (the kernel is cached afterwards).
 
@@ -12,7 +14,56 @@ use common::vsched;
 use serde_json::Value;
 
 fn layout(path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_string();
+    }
     format!("{}/../../lab/{path}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A copy of lab/`name`.toml that also carries the benchmark's workload
+/// program (crates/bench/c/schedbench.c, compiled here) into the guest.
+fn layout_with_schedbench(name: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("schedbench");
+    let source = format!("{}/../bench/c/schedbench.c", env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-O2", "-pthread", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(built.success(), "schedbench.c did not compile");
+    let text = std::fs::read_to_string(layout(name)).unwrap();
+    let with = text.replacen(
+        "kernel = \"sched_ext\"",
+        &format!(
+            "kernel = \"sched_ext\"\nextra_binaries = [\"{}\"]",
+            exe.display()
+        ),
+        1,
+    );
+    assert_ne!(with, text, "{name} names no sched_ext kernel");
+    let path = dir.join(format!("{}.toml", name.replace('/', "-")));
+    std::fs::write(&path, with).unwrap();
+    path.display().to_string()
+}
+
+/// The summary JSON `vsched sched --stats-json` wrote, printed by `cat`
+/// after `marker` in a guest command's output.
+fn summary_after(text: &str, marker: &str) -> Value {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
+    let json = &after[after.find("\n{").unwrap_or_else(|| panic!("{text}"))..];
+    let end = json.find("\n}").map_or(json.len(), |i| i + 2);
+    serde_json::from_str(&json[..end]).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn counter(summary: &Value, name: &str) -> u64 {
+    summary["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {name}: {summary:#}"))
 }
 
 /// Output of each guest command, in order, from `lab run --json` of
@@ -275,5 +326,150 @@ fn bench_sched_runs_every_variant_of_a_scenario() {
             .as_array()
             .is_some_and(|m| m.len() == 4),
         "the vsched runs reported their model: {stdout}"
+    );
+}
+
+/// Share of requests (%) whose service began on vCPU 0, from the request
+/// server's line printed after `marker`.
+fn on_cpu0_pct(text: &str, marker: &str) -> f64 {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
+    after
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let i = f.iter().position(|&k| k == "on_cpu0_pct")?;
+            f.get(i + 1)?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no request server result after {marker}: {text}"))
+}
+
+/// BVS in the layout where vCPU 0's inactive episodes are 1 ms and vCPU
+/// 1's 3 ms (host loads): the probe marks only vCPU 0 low-latency, and a
+/// lightly loaded request server (one 100 us request every 3 ms on
+/// average, so that vCPU 0 is usually free) is served there. The control
+/// without BVS shows the condition is real: its workers stay where they
+/// last ran, on either vCPU.
+#[test]
+fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
+    let _guard = common::serial();
+    let run = |flag: &str, marker: &str| {
+        format!(
+            "vsched sched -q {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; sleep 6; \
+             echo {marker}; schedbench server 4 1500 100 3000; kill $s; wait; cat /tmp/{marker}.json"
+        )
+    };
+    let guest = layout_with_schedbench("sched/bench-bvs");
+    let out = run_in_guest(
+        &guest,
+        &[&run("", "with-bvs"), &run("--no-bvs", "without-bvs")],
+    );
+    let (_, with) = &out[0];
+    let summary = summary_after(with, "with-bvs");
+    let low: Vec<bool> = summary["model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["low_latency"] == true)
+        .collect();
+    assert_eq!(
+        low,
+        [true, false],
+        "only vCPU 0 (1 ms episodes) is low-latency: {summary:#}"
+    );
+    let placed = counter(&summary, "bvs_idle")
+        + counter(&summary, "bvs_idle_policy")
+        + counter(&summary, "bvs_behind_short");
+    assert!(
+        placed > 500,
+        "BVS placed the workers' wake-ups: {summary:#}"
+    );
+    let share = on_cpu0_pct(with, "with-bvs");
+    let (_, without) = &out[1];
+    let control = on_cpu0_pct(without, "without-bvs");
+    assert!(
+        share >= 80.0,
+        "with BVS most requests are served on vCPU 0: {share}% (without: {control}%)\n{with}"
+    );
+    assert!(
+        control < share - 10.0,
+        "control: without BVS fewer requests are served on vCPU 0: {control}% against {share}%\n{without}"
+    );
+    let off = summary_after(without, "without-bvs");
+    assert_eq!(
+        counter(&off, "bvs_idle") + counter(&off, "bvs_behind_short"),
+        0
+    );
+}
+
+/// User ticks per vCPU between two `grep cpu /proc/stat` dumps printed
+/// after `marker`.
+fn user_ticks(text: &str, marker: &str) -> Vec<i64> {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
+    let rows: Vec<Vec<i64>> = after
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .take(8)
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    let n = rows.len() / 2;
+    (0..n).map(|i| rows[n + i][0] - rows[i][0]).collect()
+}
+
+/// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
+/// thread is moved off a vCPU about to be throttled, to an idle one that
+/// has answered the pre-wake, so its time spreads over the vCPUs; no move
+/// is made or counted without IVH (the control, where the thread stays
+/// on one vCPU), and every move done or abandoned was first attempted.
+#[test]
+fn ivh_moves_a_cpu_bound_thread_only_through_its_hand_shake() {
+    let _guard = common::serial();
+    let run = |flag: &str, marker: &str| {
+        format!(
+            "vsched sched -q {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; sleep 6; \
+             echo {marker}; grep cpu /proc/stat; schedbench cpu 1 400000000; grep cpu /proc/stat; \
+             kill $s; wait; cat /tmp/{marker}.json"
+        )
+    };
+    let guest = layout_with_schedbench("sched/bench-ivh");
+    let out = run_in_guest(
+        &guest,
+        &[&run("", "with-ivh"), &run("--no-ivh", "without-ivh")],
+    );
+    let (_, with) = &out[0];
+    let summary = summary_after(with, "with-ivh");
+    let done = counter(&summary, "ivh_done");
+    let attempted = counter(&summary, "ivh_attempted");
+    let abandoned =
+        counter(&summary, "ivh_abandoned_target") + counter(&summary, "ivh_abandoned_source");
+    assert!(done >= 10, "IVH moved the thread: {summary:#}");
+    assert!(
+        done + abandoned <= attempted,
+        "every move done or abandoned was attempted first: {summary:#}"
+    );
+    let ticks = user_ticks(with, "with-ivh");
+    let total: i64 = ticks.iter().sum();
+    let busiest = *ticks.iter().max().unwrap();
+    assert!(total > 50, "the thread ran (user ticks {ticks:?}): {with}");
+    assert!(
+        busiest * 10 < total * 8,
+        "with IVH the thread's time spreads over the vCPUs: ticks {ticks:?}\n{with}"
+    );
+    let (_, without) = &out[1];
+    let off = summary_after(without, "without-ivh");
+    assert_eq!(counter(&off, "ivh_attempted"), 0, "{off:#}");
+    let control = user_ticks(without, "without-ivh");
+    let control_total: i64 = control.iter().sum();
+    assert!(
+        *control.iter().max().unwrap() * 10 >= control_total * 8,
+        "control: without IVH the thread stays on one vCPU: ticks {control:?}\n{without}"
     );
 }

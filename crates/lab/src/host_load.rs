@@ -25,6 +25,11 @@ pub struct HostLoad {
     pub host_cpu: u32,
     pub on_us: u64,
     pub period_us: u64,
+    /// When its first on-period starts, after a start shared by all the
+    /// layout's loads: loads of equal periods keep these offsets, so two
+    /// of 5 ms in 10 with phases 0 and 5000 take their CPUs by turns.
+    #[serde(default)]
+    pub phase_us: u64,
 }
 
 /// The host's real-time throttling lets SCHED_FIFO threads take 95% of a
@@ -50,6 +55,9 @@ impl HostLoads {
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
         };
+        // The shared start: late enough for every thread to be set up
+        // (a thread and two system calls each; 50 ms is plenty).
+        let epoch = monotonic_ns() + 50_000_000;
         for load in loads.iter().cloned() {
             let host_cpu = load.host_cpu;
             let stop = Arc::clone(&running.stop);
@@ -64,7 +72,7 @@ impl HostLoads {
                     let ok = setup.is_ok();
                     let _ = ready_tx.send(setup);
                     if ok {
-                        spin_in_rhythm(&load, &stop);
+                        spin_in_rhythm(&load, epoch + load.phase_us * 1_000, &stop);
                     }
                 })
                 .map_err(|e| LabError::HostLoad(format!("starting a thread: {e}")))?;
@@ -83,11 +91,13 @@ impl HostLoads {
     }
 }
 
-/// Spins `on_us` from each period's start (or from a late wake-up, so
-/// that every episode is as long as asked), sleeps to the next period.
-fn spin_in_rhythm(load: &HostLoad, stop: &AtomicBool) {
+/// From `first_ns` on, spins `on_us` from each period's start (or from a
+/// late wake-up, so that every episode is as long as asked), sleeps to
+/// the next period.
+fn spin_in_rhythm(load: &HostLoad, first_ns: u64, stop: &AtomicBool) {
     let (on, period) = (load.on_us * 1_000, load.period_us * 1_000);
-    let mut next = monotonic_ns();
+    let mut next = first_ns;
+    sleep_until_monotonic_ns(next);
     while !stop.load(Ordering::Relaxed) {
         let until = monotonic_ns() + on;
         while monotonic_ns() < until {
@@ -135,6 +145,12 @@ pub fn validate(loads: &[HostLoad], host_cpus: &[u32]) -> Result<(), String> {
                 l.host_cpu, l.on_us, l.period_us
             ));
         }
+        if l.phase_us >= l.period_us {
+            return Err(format!(
+                "[[host_load]] on host CPU {}: phase_us must be below period_us",
+                l.host_cpu
+            ));
+        }
         if l.on_us as f64 > MAX_ON_SHARE * l.period_us as f64 {
             return Err(format!(
                 "[[host_load]] on host CPU {}: on_us may be at most {:.0}% of period_us \
@@ -156,6 +172,7 @@ mod tests {
             host_cpu,
             on_us,
             period_us,
+            phase_us: 0,
         }
     }
 
@@ -169,6 +186,13 @@ mod tests {
             (vec![load(0, 2000, 2000)], "on_us < period_us"),
             (vec![load(0, 50, 2000)], "100 <= on_us"),
             (vec![load(0, 1900, 2000)], "at most 90%"),
+            (
+                vec![HostLoad {
+                    phase_us: 2000,
+                    ..load(0, 1000, 2000)
+                }],
+                "phase_us must be below",
+            ),
         ] {
             let e = validate(&bad, &cpus).unwrap_err();
             assert!(e.contains(why), "{e}");

@@ -40,6 +40,9 @@ pub struct Scenario {
     pub metric: &'static str,
     /// The oracle's vCPUs (taskset list), if a static placement is known.
     pub oracle_cpus: Option<&'static str>,
+    /// Flags every vsched variant of the scenario runs with (the
+    /// ablations add theirs): what the scenario holds fixed.
+    pub vsched_flags: &'static str,
     /// Ablations: extra `vsched sched` flags, each its own column.
     pub ablations: &'static [&'static str],
     /// Also run the minimal FIFO sched_ext scheduler ("fifo-reference"):
@@ -92,6 +95,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["barrier", "4", "100", "400000"],
         metric: "elapsed_s",
         oracle_cpus: Some("0,1"),
+        vsched_flags: "",
         ablations: &["--no-rwc"],
         fifo_reference: false,
         goal: Goal {
@@ -108,6 +112,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["cpu", "1", "200000000"],
         metric: "elapsed_s",
         oracle_cpus: Some("0"),
+        vsched_flags: "",
         ablations: &["--no-capacity"],
         fifo_reference: false,
         goal: Goal {
@@ -125,6 +130,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["server", "4", "2000", "200", "1000"],
         metric: "p95_us",
         oracle_cpus: Some("0"),
+        vsched_flags: "",
         ablations: &["--no-bvs"],
         fifo_reference: false,
         goal: Goal {
@@ -141,6 +147,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["server", "4", "2000", "200", "1000", "2"],
         metric: "p95_us",
         oracle_cpus: Some("0"),
+        vsched_flags: "",
         ablations: &["--no-bvs", "--bvs-no-state-check"],
         fifo_reference: false,
         goal: Goal {
@@ -150,13 +157,17 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "ivh-1",
-        what: "vSched Fig. 15 / Table 4 in miniature: 1 CPU-bound thread on 4 vCPUs each \
-               capped at 50% (5 of every 10 ms), periods out of phase",
+        what: "vSched Fig. 15 / Table 4 in miniature: 1 CPU-bound thread on 4 vCPUs, two per \
+               host CPU, each capped at 50% (5 of every 10 ms); RWC off (see docs/sched.md)",
         layout_file: "lab/sched/bench-ivh.toml",
         layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
         workload: &["cpu", "1", "400000000"],
         metric: "elapsed_s",
         oracle_cpus: None,
+        // Two capped vCPUs on one host CPU look stacked to the probe (they
+        // never run at once while both are busy), and RWC would hide one,
+        // losing its half of the host CPU: this layout measures IVH alone.
+        vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
         goal: Goal {
@@ -172,6 +183,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["cpu", "2", "400000000"],
         metric: "elapsed_s",
         oracle_cpus: None,
+        vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
         goal: Goal {
@@ -187,6 +199,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["cpu", "4", "400000000"],
         metric: "elapsed_s",
         oracle_cpus: None,
+        vsched_flags: "--no-rwc",
         ablations: &["--no-ivh"],
         fifo_reference: false,
         goal: Goal {
@@ -203,6 +216,7 @@ pub const SCENARIOS: &[Scenario] = &[
         metric: "elapsed_s",
         oracle_cpus: None,
         // Apart: the scheduler's own cost and the probers'.
+        vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
         goal: Goal {
@@ -219,6 +233,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: &["pingpong", "1", "20000"],
         metric: "elapsed_s",
         oracle_cpus: None,
+        vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
         goal: Goal {

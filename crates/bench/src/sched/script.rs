@@ -65,8 +65,14 @@ pub fn guest_script(s: &Scenario, rounds: std::ops::Range<usize>) -> String {
                     } else {
                         "wait_state enabled && wait_model"
                     };
+                    // The reference is its own scheduler: no vsched flags.
+                    let fixed = if flags.contains("--reference-fifo") {
+                        ""
+                    } else {
+                        s.vsched_flags
+                    };
                     out.push_str(&format!(
-                        "vsched sched -q {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
+                        "vsched sched -q {fixed} {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
                          {ready} && sleep {SETTLE_S}\n"
                     ));
                     out.push_str(&report(&workload));

@@ -75,9 +75,11 @@ struct vcpu_live {
 	u64 last_beat_ns;
 	/* Start of the current active stretch (after an episode or a wake-up). */
 	u64 active_since_ns;
-	/* Moving averages of completed active stretches and of episodes. */
+	/* Moving averages of completed active stretches and of episodes, and
+	 * the stretches' low-water mark (policy.h's vs_low_water). */
 	u64 active_mean_ns;
 	u64 inactive_mean_ns;
+	u64 active_low_ns;
 	/* Episodes the heartbeat saw. */
 	u64 gaps;
 	/* The task running now: pid (0: none), since when, and what it is. */

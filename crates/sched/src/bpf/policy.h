@@ -87,6 +87,20 @@ static inline u64 vs_ewma(u64 avg, u64 sample)
 }
 
 /*
+ * A low-water mark: follows a shorter sample at once and a longer one by
+ * an eighth. IVH predicts a switch-off from it rather than from the mean:
+ * a capped vCPU's stretches vary (from its quota to two quotas when the
+ * period renews mid-stretch), and moving a little early costs one move
+ * while moving late costs a whole episode.
+ */
+static inline u64 vs_low_water(u64 low, u64 sample)
+{
+	if (low == 0 || sample < low)
+		return sample;
+	return low + ((sample - low) >> 3);
+}
+
+/*
  * BVS's own recognition of a latency-sensitive task: it runs briefly per
  * wake-up, at most VS_BVS_SHORT_RUN_NS on average over its recent ones
  * (a request handler, an event loop), once VS_BVS_MIN_WAKES wake-ups
@@ -122,9 +136,12 @@ static inline int vs_beat(struct vcpu_live *l, u64 now, u64 gap_ns)
 	int episode = 0;
 
 	if (l->last_beat_ns && now > l->last_beat_ns + gap_ns) {
-		if (l->last_beat_ns > l->active_since_ns)
-			l->active_mean_ns = vs_ewma(l->active_mean_ns,
-						    l->last_beat_ns - l->active_since_ns);
+		if (l->last_beat_ns > l->active_since_ns) {
+			u64 stretch = l->last_beat_ns - l->active_since_ns;
+
+			l->active_mean_ns = vs_ewma(l->active_mean_ns, stretch);
+			l->active_low_ns = vs_low_water(l->active_low_ns, stretch);
+		}
 		l->inactive_mean_ns = vs_ewma(l->inactive_mean_ns,
 					      now - l->last_beat_ns);
 		l->gaps++;
@@ -204,14 +221,14 @@ static inline int vs_bvs_rank(int low_latency, int idle, int idle_policy,
 /*
  * Whether a busy vCPU is about to be switched off (IVH's trigger): it has
  * shown a rhythm (at least two episodes) and its current active stretch
- * is within `margin_ns` of the typical one's length.
+ * is within `margin_ns` of its short ones' length (the low-water mark).
  */
 static inline int vs_about_to_stall(const struct vcpu_live *l, u64 now,
 				    u64 margin_ns)
 {
-	if (l->gaps < 2 || l->active_mean_ns == 0 || now < l->active_since_ns)
+	if (l->gaps < 2 || l->active_low_ns == 0 || now < l->active_since_ns)
 		return 0;
-	return now - l->active_since_ns + margin_ns >= l->active_mean_ns;
+	return now - l->active_since_ns + margin_ns >= l->active_low_ns;
 }
 
 /*

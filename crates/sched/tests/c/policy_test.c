@@ -40,6 +40,7 @@ static void beat_rhythm(void)
 	CHECK(l.gaps == 39);
 	CHECK(l.active_mean_ns > 29 * MS / 10 && l.active_mean_ns <= 3 * MS);
 	CHECK(l.inactive_mean_ns >= 2 * MS && l.inactive_mean_ns < 21 * MS / 10);
+	CHECK(l.active_low_ns == 3 * MS);
 
 	/* Beats closer than the threshold are no episode. */
 	struct vcpu_live steady = { 0 };
@@ -53,7 +54,7 @@ static void fresh_and_stalling(void)
 	/* Active for 1 ms of a typical 4 ms stretch: fresh, not stalling. */
 	struct vcpu_live l = {
 		.last_beat_ns = 11 * MS, .active_since_ns = 10 * MS,
-		.active_mean_ns = 4 * MS, .gaps = 5,
+		.active_mean_ns = 4 * MS, .active_low_ns = 4 * MS, .gaps = 5,
 	};
 	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS, MS / 5));
 	CHECK(vs_fresh_active(&l, 11 * MS, 1 * MS, 3 * MS)); /* just fits */
@@ -114,6 +115,10 @@ int main(void)
 	/* Moving average: starts at the first sample, then moves by 1/8. */
 	CHECK(vs_ewma(0, 800) == 800);
 	CHECK(vs_ewma(800, 1600) == 900);
+	/* Low-water mark: down at once, up by an eighth. */
+	CHECK(vs_low_water(0, 5000) == 5000);
+	CHECK(vs_low_water(5000, 3000) == 3000);
+	CHECK(vs_low_water(3000, 11000) == 4000);
 
 	/* Latency-sensitive: short runs per wake-up, once enough were seen. */
 	CHECK(vs_latency_sensitive(200000, 8));
