@@ -99,8 +99,12 @@ struct vcpu_live {
 	u64 ivh_go_ns;
 	u32 ivh_go_to;
 	u32 ivh_go_pid;
-	/* IVH, on the source: no new attempt before this time. */
+	/* IVH, on the source: no new attempt before this time, and its
+	 * episode count when it asked (an episode since: the task stalled). */
 	u64 ivh_quiet_until_ns;
+	u64 ivh_asked_gaps;
+	/* When the vCPU last went idle (0: busy). */
+	u64 idle_since_ns;
 };
 
 /* Counters the BPF side keeps per CPU; the loader sums them. */
@@ -136,8 +140,9 @@ enum vs_stat {
 	VS_STAT_BVS_IDLE_POLICY,
 	VS_STAT_BVS_BEHIND_SHORT,
 	VS_STAT_BVS_NONE,
-	/* IVH: migrations started, done, abandoned because the target answered
-	 * late or because the source was switched off before it could move. */
+	/* IVH: migrations started, done, abandoned because the target
+	 * answered too late (dropped unanswered) or because the source was
+	 * switched off before it could let go. */
 	VS_STAT_IVH_ATTEMPTED,
 	VS_STAT_IVH_DONE,
 	VS_STAT_IVH_ABANDONED_TARGET,

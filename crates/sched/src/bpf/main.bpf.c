@@ -60,6 +60,15 @@ char _license[] SEC("license") = "GPL";
  */
 #define VS_IVH_MIN_RUN_NS 2000000ULL
 
+/*
+ * Heartbeats a target may take to answer IVH's pre-wake (8: 4 ms by
+ * default). Waking a halted vCPU takes tens of µs on a host with room,
+ * but up to a few ms when its host CPU is busy; the source judges
+ * whether the answer still helps, so the target answers late ones too,
+ * up to this bound, beyond which the predicted switch-off is long past.
+ */
+#define VS_IVH_ANSWER_BEATS 8
+
 /* Tunables, set by the loader before load (see the `vsched sched` flags). */
 const volatile u64 slice_ns = 3000000;
 const volatile u32 nr_cpus = 1;
@@ -410,29 +419,32 @@ static bool loses_time(s32 cpu)
 }
 
 /*
- * IVH's target for a task leaving `src`: the strongest visible idle vCPU
- * other than `src` that the host has not switched off (KVM), not
+ * IVH's target for a task leaving `src`: the visible idle vCPU other than
+ * `src`, not switched off by the host (KVM), that has been idle longest.
+ * Long idleness is what the paper's heuristic asks for: such a vCPU has
+ * likely used none of its time lately, so it runs the task for a full
+ * active stretch (one idle for a moment may have used its quota and be
+ * switched off within a millisecond; seen in the IVH layout). Not
  * claimed: the pre-wake or the move wakes it.
  */
 static s32 ivh_target(s32 src)
 {
 	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
 	s32 best = -1;
-	u32 best_score = 0;
+	u64 best_since = 0;
 	s32 cpu;
 
 	bpf_for(cpu, 0, nr_cpus) {
-		u32 s;
+		struct vcpu_live *l;
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
 		if (cpu == src || !bpf_cpumask_test_cpu(cpu, idle) ||
-		    !visible(cpu) || host_preempted(cpu))
+		    !visible(cpu) || host_preempted(cpu) || !(l = live_of(cpu)))
 			continue;
-		s = score(cpu);
-		if (best < 0 || s > best_score) {
+		if (best < 0 || l->idle_since_ns < best_since) {
 			best = cpu;
-			best_score = s;
+			best_since = l->idle_since_ns;
 		}
 	}
 	scx_bpf_put_idle_cpumask(idle);
@@ -461,6 +473,7 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 	count(VS_STAT_IVH_ATTEMPTED);
 	/* One attempt per hand-shake window. */
 	l->ivh_quiet_until_ns = now + 2 * beat_ns;
+	l->ivh_asked_gaps = l->gaps;
 	if (ivh_activity_aware) {
 		t->ivh_req_from = src;
 		t->ivh_req_pid = l->curr_pid;
@@ -475,10 +488,11 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 }
 
 /*
- * IVH's second step, on the target as it looks for work: a fresh request
- * means both vCPUs are active now, so the source is told to let its task
- * go (pre-empted, the task reaches enqueue there). A late one is dropped:
- * the target was switched off meanwhile, and so, likely, is the source.
+ * IVH's second step, on the target as it looks for work: it is active now,
+ * so the source is told to let its task go (pre-empted, the task reaches
+ * enqueue there), which it does only if it is still active (last step).
+ * A request older than VS_IVH_ANSWER_BEATS heartbeats is dropped unanswered:
+ * the source's predicted switch-off is long past.
  */
 static void ivh_answer(s32 cpu)
 {
@@ -487,7 +501,7 @@ static void ivh_answer(s32 cpu)
 
 	if (!t || !t->ivh_req_ns)
 		return;
-	if (vs_handshake_fresh(t->ivh_req_ns, now, 2 * beat_ns) &&
+	if (vs_handshake_fresh(t->ivh_req_ns, now, VS_IVH_ANSWER_BEATS * beat_ns) &&
 	    (src = live_of(t->ivh_req_from)) && src->curr_pid == t->ivh_req_pid) {
 		src->ivh_go_to = cpu;
 		src->ivh_go_pid = t->ivh_req_pid;
@@ -501,8 +515,11 @@ static void ivh_answer(s32 cpu)
 
 /*
  * IVH's last step, on the source as its task is enqueued after the
- * pre-emption: the destination if the answer is still fresh, else -1
- * (abandoned: the source was switched off before it could let go).
+ * pre-emption: the destination if the source has not been switched off
+ * since it asked (its heartbeat saw no episode, and the answer is within
+ * a gap threshold old), else -1: abandoned, as the paper's IVH abandons
+ * a late pull. The task has stalled already and the source has fresh
+ * time now; moving it would only cost.
  */
 static s32 ivh_destination(struct task_struct *p, s32 src)
 {
@@ -513,7 +530,7 @@ static s32 ivh_destination(struct task_struct *p, s32 src)
 		return -1;
 	to = l->ivh_go_to;
 	if (!vs_handshake_fresh(l->ivh_go_ns, bpf_ktime_get_ns(), 2 * beat_ns) ||
-	    to < 0 || to >= VS_MAX_CPUS || !bpf_cpumask_test_cpu(to, p->cpus_ptr)) {
+	    l->gaps != l->ivh_asked_gaps || to < 0 || to >= VS_MAX_CPUS || !bpf_cpumask_test_cpu(to, p->cpus_ptr)) {
 		count(VS_STAT_IVH_ABANDONED_SOURCE);
 		l->ivh_go_ns = 0;
 		return -1;
@@ -916,6 +933,7 @@ void BPF_STRUCT_OPS(vsched_update_idle, s32 cpu, bool idle)
 	if (idle) {
 		l->last_beat_ns = 0;
 		l->curr_pid = 0;
+		l->idle_since_ns = bpf_ktime_get_ns();
 	} else if (l->beating) {
 		/* Awake now: active from here. */
 		vs_beat(l, bpf_ktime_get_ns(), 2 * beat_ns);
