@@ -403,40 +403,23 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     );
 }
 
-/// User ticks per vCPU between two `grep cpu /proc/stat` dumps printed
-/// after `marker`.
-fn user_ticks(text: &str, marker: &str) -> Vec<i64> {
-    let after = &text[text
-        .find(marker)
-        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
-    let rows: Vec<Vec<i64>> = after
-        .lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .take(8)
-        .map(|l| {
-            l.split_whitespace()
-                .skip(1)
-                .map(|v| v.parse().unwrap())
-                .collect()
-        })
-        .collect();
-    let n = rows.len() / 2;
-    (0..n).map(|i| rows[n + i][0] - rows[i][0]).collect()
-}
-
 /// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
-/// thread is moved off a vCPU about to be throttled, to an idle one that
-/// has answered the pre-wake, so its time spreads over the vCPUs; no move
-/// is made or counted without IVH (the control, where the thread stays
-/// on one vCPU), and every move done or abandoned was first attempted.
+/// thread (niced, so that its time is /proc/stat's nice column, apart from
+/// the probers') is moved off a vCPU about to be throttled, to an idle one
+/// that has answered the pre-wake, so its time spreads over the vCPUs; no
+/// move is made or counted without IVH (the control, where the thread
+/// stays on one vCPU), and every move done or abandoned was first
+/// attempted. RWC is off in both, as in the benchmark: two capped vCPUs on
+/// one host CPU look stacked (docs/sched.md).
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_through_its_hand_shake() {
     let _guard = common::serial();
     let run = |flag: &str, marker: &str| {
         format!(
-            "vsched sched -q {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; sleep 6; \
-             echo {marker}; grep cpu /proc/stat; schedbench cpu 1 400000000; grep cpu /proc/stat; \
-             kill $s; wait; cat /tmp/{marker}.json"
+            "vsched sched -q --no-rwc {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; \
+             sleep 6; echo {marker}; grep cpu /proc/stat; \
+             sh -c 'renice -n 5 -p $$ >/dev/null; exec schedbench cpu 1 400000000'; \
+             grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json"
         )
     };
     let guest = layout_with_schedbench("sched/bench-ivh");
@@ -455,21 +438,28 @@ fn ivh_moves_a_cpu_bound_thread_only_through_its_hand_shake() {
         done + abandoned <= attempted,
         "every move done or abandoned was attempted first: {summary:#}"
     );
-    let ticks = user_ticks(with, "with-ivh");
+    let ticks = nice_ticks(with, "with-ivh");
     let total: i64 = ticks.iter().sum();
-    let busiest = *ticks.iter().max().unwrap();
-    assert!(total > 50, "the thread ran (user ticks {ticks:?}): {with}");
-    assert!(
-        busiest * 10 < total * 8,
-        "with IVH the thread's time spreads over the vCPUs: ticks {ticks:?}\n{with}"
-    );
+    assert!(total > 50, "the thread ran (nice ticks {ticks:?}): {with}");
+    let share = *ticks.iter().max().unwrap() as f64 / total as f64;
     let (_, without) = &out[1];
     let off = summary_after(without, "without-ivh");
     assert_eq!(counter(&off, "ivh_attempted"), 0, "{off:#}");
-    let control = user_ticks(without, "without-ivh");
+    let control = nice_ticks(without, "without-ivh");
     let control_total: i64 = control.iter().sum();
     assert!(
-        *control.iter().max().unwrap() * 10 >= control_total * 8,
-        "control: without IVH the thread stays on one vCPU: ticks {control:?}\n{without}"
+        control_total > 50,
+        "the thread ran (nice ticks {control:?}): {without}"
+    );
+    let control_share = *control.iter().max().unwrap() as f64 / control_total as f64;
+    // Without IVH the thread still moves now and then (the probers'
+    // heavy windows pre-empt it; seen: 60-70% on its main vCPU), so the
+    // check is the contrast: with IVH its time is clearly more spread.
+    assert!(
+        share + 0.15 < control_share,
+        "IVH spreads the thread's time: busiest vCPU {:.0}% of it with IVH ({ticks:?}) \
+         against {:.0}% without ({control:?})\n{with}\n{without}",
+        share * 100.0,
+        control_share * 100.0
     );
 }
