@@ -432,3 +432,24 @@ fn print_summary(s: &Summary, totals: &Stats) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_sensitive_names_are_checked_as_the_kernel_keeps_them() {
+        assert_eq!(parse_comm("redis-server").unwrap(), "redis-server");
+        for bad in ["", "sixteen-bytes-xx", "bin/sh"] {
+            let e = parse_comm(bad).unwrap_err();
+            assert!(e.contains("1-15 bytes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_heartbeat_is_bounded() {
+        assert_eq!(parse_beat("500us").unwrap(), Duration::from_micros(500));
+        assert!(parse_beat("50us").is_err());
+        assert!(parse_beat("20ms").is_err());
+    }
+}

@@ -280,3 +280,18 @@ fn c_chars(chars: &[std::os::raw::c_char]) -> String {
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_name_is_the_kernels_comm_zero_padded() {
+        assert_eq!(&comm_key("nginx")[..6], b"nginx\0");
+        assert!(comm_key("nginx")[5..].iter().all(|&b| b == 0));
+        // The kernel keeps 15 bytes and a NUL.
+        let long = comm_key("a-very-long-command-name");
+        assert_eq!(&long[..15], b"a-very-long-com");
+        assert_eq!(long[15], 0);
+    }
+}

@@ -21,7 +21,7 @@ use crate::config::{Action, Config, ConfigError};
 use crate::detector::Transition;
 use crate::freeze::Freezer;
 use crate::perf::OpenError;
-use crate::replay::{ProcessMemory, Replayer};
+use crate::replay::Replayer;
 use crate::sample::Sample;
 use crate::stats::{Event, Report, Stats};
 use crate::threads;
@@ -31,7 +31,7 @@ use load::Load;
 use std::collections::BTreeMap;
 use tracked::Tracked;
 use vsched_os::clock::monotonic_ns;
-use watch::NotWaits;
+use watch::{NotWaits, ProgramMemory};
 
 /// How often the thread list is re-read for threads created later (10 ms):
 /// a new thread spins at most this long unwatched, and a scan reads /proc.
@@ -70,7 +70,7 @@ pub struct Engine {
     pollfds: Vec<libc::pollfd>,
     next_scan_ns: u64,
     load: Load,
-    memory: Option<ProcessMemory>,
+    memory: ProgramMemory,
     replayer: Replayer,
     next_watch_ns: u64,
     freezer: Option<Freezer>,
@@ -117,7 +117,7 @@ impl Engine {
             pollfds: Vec::new(),
             next_scan_ns: 0,
             load: Load::new(),
-            memory: ProcessMemory::open(pid),
+            memory: ProgramMemory::open(pid),
             replayer: Replayer::new(),
             next_watch_ns: 0,
             freezer: None,

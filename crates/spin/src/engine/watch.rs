@@ -5,9 +5,55 @@
 
 use super::holds::Hold;
 use super::Engine;
-use crate::replay::{Replay, Snapshot, Word};
+use crate::replay::{ProcessMemory, Replay, Snapshot, Word};
 use crate::sample::Sample;
 use std::collections::HashSet;
+use vsched_os::clock::monotonic_ns;
+
+/// How long after a failed open of the program's memory it is tried again
+/// (50 ms): the first failure is usually a program caught mid-exec (see
+/// [`ProgramMemory`]), over within microseconds; a process whose memory
+/// really is closed to us costs one small /proc read per interval.
+const MEMORY_RETRY_NS: u64 = 50_000_000;
+
+/// The program's memory, opened again after a failure. `spawn` returns as
+/// soon as the new program's address space is installed, which is before
+/// the kernel writes its auxiliary vector (the open probes the entry point
+/// found there); an engine attached in that window once found the memory
+/// unreadable and replayed nothing for the whole run.
+pub(super) struct ProgramMemory<M = ProcessMemory> {
+    pid: i32,
+    opener: fn(i32) -> Option<M>,
+    memory: Option<M>,
+    next_try_ns: u64,
+}
+
+impl ProgramMemory {
+    pub(super) fn open(pid: i32) -> ProgramMemory {
+        ProgramMemory::with_opener(pid, ProcessMemory::open, monotonic_ns())
+    }
+}
+
+impl<M> ProgramMemory<M> {
+    fn with_opener(pid: i32, opener: fn(i32) -> Option<M>, now_ns: u64) -> ProgramMemory<M> {
+        ProgramMemory {
+            pid,
+            opener,
+            memory: opener(pid),
+            next_try_ns: now_ns + MEMORY_RETRY_NS,
+        }
+    }
+
+    /// The memory, if it is readable (opened again when the last failure
+    /// is [`MEMORY_RETRY_NS`] old at `now_ns`).
+    pub(super) fn get(&mut self, now_ns: u64) -> Option<&mut M> {
+        if self.memory.is_none() && now_ns >= self.next_try_ns {
+            self.next_try_ns = now_ns + MEMORY_RETRY_NS;
+            self.memory = (self.opener)(self.pid);
+        }
+        self.memory.as_mut()
+    }
+}
 
 /// Addresses remembered as not waits before the set is cleared (4096):
 /// far more loops than a program waits in, and cleared rather than aged so
@@ -53,7 +99,7 @@ impl Engine {
         if self.not_waits.contains(s.ip) {
             return false;
         }
-        let Some(memory) = self.memory.as_mut() else {
+        let Some(memory) = self.memory.get(s.time_ns) else {
             return false;
         };
         let mut mem = Snapshot::new(memory);
@@ -88,7 +134,7 @@ impl Engine {
         if !self.cfg.replay {
             return None;
         }
-        let mut mem = Snapshot::new(self.memory.as_mut()?);
+        let mut mem = Snapshot::new(self.memory.get(s.time_ns)?);
         let replay = self.replayer.replay(&mut mem, s.ip, &s.regs, known_path);
         Some((replay, mem.take_touched()))
     }
@@ -105,7 +151,7 @@ impl Engine {
     /// with one system call, and replays only loops whose words changed;
     /// restores those whose wait is over.
     fn check_watched(&mut self) {
-        let Some(mem) = self.memory.as_mut() else {
+        let Some(mem) = self.memory.get(monotonic_ns()) else {
             return;
         };
         let mut wanted: Vec<(u64, usize)> = self
@@ -171,6 +217,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn word(addr: u64, value: u8) -> Word {
         Word {
@@ -201,5 +248,24 @@ mod tests {
         not_waits.insert(0x9999);
         assert!(!not_waits.contains(0));
         assert!(not_waits.contains(0x9999));
+    }
+
+    /// Opens fail for the first two tries (a program caught mid-exec).
+    fn readable_from_third_try(_pid: i32) -> Option<u32> {
+        static TRIES: AtomicU32 = AtomicU32::new(0);
+        let n = TRIES.fetch_add(1, Ordering::Relaxed) + 1;
+        (n >= 3).then_some(n)
+    }
+
+    #[test]
+    fn memory_unreadable_at_attach_is_opened_again_later() {
+        let mut memory = ProgramMemory::with_opener(1, readable_from_third_try, 0);
+        // Not retried within the interval: a closed process costs little.
+        assert!(memory.get(MEMORY_RETRY_NS - 1).is_none());
+        assert!(memory.get(MEMORY_RETRY_NS).is_none());
+        assert!(memory.get(2 * MEMORY_RETRY_NS - 1).is_none());
+        // Readable once the exec finished; kept from then on.
+        assert_eq!(memory.get(2 * MEMORY_RETRY_NS), Some(&mut 3));
+        assert_eq!(memory.get(2 * MEMORY_RETRY_NS), Some(&mut 3));
     }
 }
