@@ -99,24 +99,22 @@ pub fn run_scenario(
                     during_commands,
                     console_tail,
                 }) if guest_panics.len() < MAX_GUEST_PANICS => {
-                    let rip = console_tail
-                        .lines()
-                        .find(|l| l.contains("RIP:"))
-                        .unwrap_or("no RIP line")
-                        .trim()
-                        .to_string();
+                    let cause = panic_cause(&console_tail);
                     let when = if during_commands {
                         "during the runs"
                     } else {
                         "while booting"
                     };
                     eprintln!(
-                        "{}: the guest kernel panicked {when} ({rip}); rounds {}-{} again",
+                        "{}: the guest kernel panicked {when} ({cause}); rounds {}-{} again; its console's last lines:",
                         scenario.name,
                         chunk.start,
                         chunk.end - 1
                     );
-                    guest_panics.push(format!("{when}: {rip}"));
+                    for line in console_tail.lines() {
+                        eprintln!("    | {line}");
+                    }
+                    guest_panics.push(format!("{when}: {cause}"));
                 }
                 Err(e) => return Err(BenchError::Lab(e)),
             }
@@ -141,6 +139,22 @@ pub fn run_scenario(
         .ok_or_else(|| BenchError::Scenario("no run gave a result".into()))?;
     result.guest_panics = guest_panics;
     Ok(result)
+}
+
+/// What a guest's panic says about itself: the kernel's reason and the
+/// instruction it was at, from the console's last lines.
+fn panic_cause(console_tail: &str) -> String {
+    let find = |key: &str| {
+        console_tail
+            .lines()
+            .find_map(|l| l.split_once(key))
+            .map(|(_, rest)| rest.trim().to_string())
+    };
+    let reason = find("Kernel panic - not syncing:").unwrap_or_else(|| "no reason given".into());
+    match find("RIP:") {
+        Some(rip) => format!("{reason}; RIP {rip}"),
+        None => reason,
+    }
 }
 
 /// Seconds allowed per run in a scenario's guest: the longest workload
@@ -237,4 +251,21 @@ pub fn summarize(
 fn host_cpus() -> Vec<u32> {
     vsched_os::affinity::thread_affinity(0)
         .unwrap_or_else(|_| (0..vsched_os::load::online_vcpus() as u32).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_panic_is_told_by_its_reason_and_instruction() {
+        let tail = "[   16.6] Oops: general protection fault\n\
+                    [   16.6] RIP: 0010:pick_task_idle+0xa/0x40\n\
+                    [   16.7] Kernel panic - not syncing: Fatal exception\n";
+        assert_eq!(
+            panic_cause(tail),
+            "Fatal exception; RIP 0010:pick_task_idle+0xa/0x40"
+        );
+        assert_eq!(panic_cause("nothing useful"), "no reason given");
+    }
 }

@@ -420,7 +420,8 @@ static bool loses_time(s32 cpu)
 
 /*
  * IVH's target for a task leaving `src`: the visible idle vCPU other than
- * `src`, not switched off by the host (KVM), that has been idle longest.
+ * `src`, not switched off by the host (KVM) nor clearly weaker than `src`
+ * (policy.h vs_ivh_target_ok), that has been idle longest.
  * Long idleness is what the paper's heuristic asks for: such a vCPU has
  * likely used none of its time lately, so it runs the task for a full
  * active stretch (one idle for a moment may have used its quota and be
@@ -440,7 +441,8 @@ static s32 ivh_target(s32 src)
 		if (cpu >= VS_MAX_CPUS)
 			break;
 		if (cpu == src || !bpf_cpumask_test_cpu(cpu, idle) ||
-		    !visible(cpu) || host_preempted(cpu) || !(l = live_of(cpu)))
+		    !visible(cpu) || host_preempted(cpu) ||
+		    !vs_ivh_target_ok(score(src), score(cpu)) || !(l = live_of(cpu)))
 			continue;
 		if (best < 0 || l->idle_since_ns < best_since) {
 			best = cpu;

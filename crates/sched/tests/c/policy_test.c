@@ -97,6 +97,12 @@ int main(void)
 	CHECK(vs_keep_prev(1024, 1024));
 	CHECK(!vs_keep_prev(512, 1024));
 
+	/* IVH escapes to an equal or stronger vCPU, never a clearly weaker one. */
+	CHECK(vs_ivh_target_ok(1024, 1024));
+	CHECK(vs_ivh_target_ok(461, 1024));
+	CHECK(vs_ivh_target_ok(1024, 768));
+	CHECK(!vs_ivh_target_ok(1024, 461));
+
 	/* Virtual time: nice 0 (weight 100) pays wall time; heavier pays less. */
 	CHECK(vs_vtime_charge(3000000, 100) == 3000000);
 	CHECK(vs_vtime_charge(3000000, 200) == 1500000);
