@@ -11,6 +11,9 @@
  *       serve them from one queue, SERVICE_US of CPU time each; with
  *       BEST_EFFORT SCHED_IDLE threads spinning beside it
  *   schedbench idle THREADS SECONDS        SCHED_IDLE threads spinning (best-effort load)
+ *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
+ *       the barrier kernel without end, its throughput over time: rounds
+ *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
  *
  * Prints "elapsed_s SECONDS" (wall time from the first thread's start to
  * the last one's end) and nothing else on success; the server prints
@@ -18,7 +21,9 @@
  * instead: percentiles of a request's time from its arrival in the queue to
  * its end, of its wait before a worker started it (queue), of its serving
  * (service), and the share of requests whose service began on vCPU 0 (the
- * low-latency one in the BVS layouts).
+ * low-latency one in the BVS layouts). The timeline prints
+ * "s_per_round S interval_ms I t0 R t1 R ...": the mean time per round over
+ * the whole run, then rounds per second in each interval.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -69,6 +74,59 @@ static void *barrier_thread(void *arg)
 	}
 	sink += acc;
 	return NULL;
+}
+
+/* Rounds of the timeline's barrier kernel completed so far. */
+static long rounds_done;
+
+static void *timeline_thread(void *arg)
+{
+	uint64_t acc = 0;
+
+	for (long r = 0;; r++) {
+		acc += work(iters, (uintptr_t)arg + r);
+		if (pthread_barrier_wait(&barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+			__atomic_fetch_add(&rounds_done, 1, __ATOMIC_RELAXED);
+		sink += acc;
+	}
+	return NULL;
+}
+
+/* Samples the rounds done every interval_ms for seconds, prints the
+ * timeline and returns; the threads are still running (exit ends them). */
+static int run_timeline(long threads, long seconds, long interval_ms)
+{
+	long n = seconds * 1000 / interval_ms, last = 0;
+	double *rate = calloc(n, sizeof(*rate));
+	double start = now_s(), next = start;
+	pthread_t t;
+
+	if (!rate || n < 1)
+		return 1;
+	pthread_barrier_init(&barrier, NULL, threads);
+	for (long i = 0; i < threads; i++)
+		pthread_create(&t, NULL, timeline_thread, (void *)(uintptr_t)i);
+	for (long k = 0; k < n; k++) {
+		struct timespec ts;
+		long done;
+
+		/* Absolute deadlines: the intervals do not drift. */
+		next += interval_ms / 1e3;
+		ts.tv_sec = (time_t)next;
+		ts.tv_nsec = (long)((next - ts.tv_sec) * 1e9);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL))
+			;
+		done = __atomic_load_n(&rounds_done, __ATOMIC_RELAXED);
+		rate[k] = (done - last) / (interval_ms / 1e3);
+		last = done;
+	}
+	printf("s_per_round %.9f interval_ms %ld", last ? (now_s() - start) / last : 1e9,
+	       interval_ms);
+	for (long k = 0; k < n; k++)
+		printf(" t%ld %.1f", k, rate[k]);
+	printf("\n");
+	fflush(stdout);
+	return 0;
 }
 
 struct pair_end {
@@ -247,7 +305,7 @@ int main(int argc, char **argv)
 	double start;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: schedbench cpu|barrier|pingpong|server ...\n");
+		fprintf(stderr, "usage: schedbench cpu|barrier|pingpong|server|idle|timeline ...\n");
 		return 2;
 	}
 	n = arg(argv, 2);
@@ -266,6 +324,15 @@ int main(int argc, char **argv)
 		pthread_barrier_init(&barrier, NULL, n);
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, barrier_thread, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "timeline") && argc == 6) {
+		long seconds = arg(argv, 3), interval_ms = arg(argv, 4);
+
+		iters = arg(argv, 5);
+		if (seconds > 3600 || interval_ms > seconds * 1000) {
+			fprintf(stderr, "schedbench: at most an hour, in intervals shorter than it\n");
+			return 2;
+		}
+		return run_timeline(n, seconds, interval_ms);
 	} else if (!strcmp(argv[1], "server") && (argc == 6 || argc == 7)) {
 		long best_effort = argc == 7 ? atol(argv[6]) : 0;
 

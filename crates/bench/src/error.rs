@@ -5,6 +5,9 @@ use std::process::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// A plot could not be drawn or written.
+    #[error("cannot write the plot {0}")]
+    Plot(String),
     /// The caller's interrupt flag was set (Ctrl-C, SIGTERM).
     #[error("interrupted")]
     Interrupted,

@@ -36,6 +36,12 @@ WHAT IT RUNS
                        1.8x, 1.3x, no loss
     overhead-cpu       2 CPU-bound threads on 2 dedicated vCPUs; goal: within 3%
     overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
+    adaptability       a 2-thread barrier kernel's throughput every 250 ms while
+                       its 2 vCPUs walk through dedicated, capped 50%,
+                       asymmetric 2:1, straggler, stacked, dedicated (12 s
+                       each; vSched Fig. 16); one guest per run; goal: no loss
+                       overall, and vsched back at its level within 2 s (two
+                       probe intervals) of every change
   speedup = default's median / the variant's, of the scenario's metric (wall
   time, or p95 latency; lower is better for both). Under TCG emulation every
   scheduler callback and context switch is emulated too (docs/sched.md).
@@ -46,10 +52,11 @@ WHAT IT RUNS
 EXAMPLES
   vsched bench sched                        every scenario, 5 rounds
   vsched bench sched --only rwc --rounds 9
-  vsched bench sched --json > sched.json")]
+  vsched bench sched --json > sched.json
+  vsched bench sched --only adaptability --rounds 3 --plot docs/img")]
 pub struct SchedBenchArgs {
     /// Run only this scenario (repeatable): rwc, capacity, bvs, bvs-best-effort,
-    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong
+    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, adaptability
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,
 
@@ -60,6 +67,11 @@ pub struct SchedBenchArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+
+    /// Write plots into this directory (created if missing): the
+    /// adaptability timeline as sched-adaptability.svg
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: SchedBenchArgs) -> Result<bool> {
@@ -71,6 +83,10 @@ pub fn run(args: SchedBenchArgs) -> Result<bool> {
             let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
             bail!("no scenario {name:?}; there are: {}", names.join(", "));
         }
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the plot directory {}", dir.display()))?;
     }
     crate::signals::catch();
     let opts = LabOptions {
@@ -88,6 +104,12 @@ pub fn run(args: SchedBenchArgs) -> Result<bool> {
             .with_context(|| format!("scenario {}", s.name))?;
         if !args.json {
             print_table(&r);
+        }
+        if let (Some(dir), Some(t)) = (&args.plot, &r.timeline) {
+            let path = dir.join(format!("sched-{}.svg", r.name));
+            let title = format!("{}: {} rounds, median per 250 ms", r.name, r.rounds);
+            sched::timeline_svg(t, &title, &path)?;
+            eprintln!("plot: {}", path.display());
         }
         results.push(r);
     }
@@ -128,6 +150,32 @@ fn print_table(r: &ScenarioResult) {
             }
         );
     }
+    if let Some(t) = &r.timeline {
+        println!(
+            "  {:<18} {:>7} {:>12} {:>12} {:>8} {:>10}",
+            "phase", "from s", "default r/s", "vsched r/s", "ratio", "recovery"
+        );
+        for p in &t.phases {
+            let level = |v: &str| {
+                p.levels
+                    .iter()
+                    .find(|(n, _)| n == v)
+                    .map_or(f64::NAN, |&(_, l)| l)
+            };
+            let recovery = p
+                .vsched_recovery_s
+                .map_or("never".to_string(), |s| format!("{s:.2} s"));
+            println!(
+                "  {:<18} {:>7.1} {:>12.1} {:>12.1} {:>7.2}x {:>10}",
+                p.name,
+                p.start_s,
+                level("default"),
+                level("vsched"),
+                p.vsched_over_default,
+                recovery
+            );
+        }
+    }
     if let Some(o) = r.vsched_of_oracle {
         println!("  vsched reaches {:.0}% of the oracle's speed", o * 100.0);
     }
@@ -138,6 +186,10 @@ fn print_table(r: &ScenarioResult) {
             min * 100.0
         ),
         None => format!("speedup >= {:.2}x", r.goal.min_speedup),
+    };
+    let goal = match r.goal.max_recovery_s {
+        Some(max) => format!("{goal} and back at its level within {max:.1} s of every change"),
+        None => goal,
     };
     let verdict = match r.goal_met {
         Some(true) => "met",

@@ -11,11 +11,15 @@
 //! first model to reach it (and `SETTLE_S` more), runs the workload and
 //! unloads; the probers' cost is part of what it measures.
 
+mod plot;
 mod scenario;
 mod script;
+mod timeline;
 
-pub use scenario::{Goal, Scenario, SCENARIOS};
-pub use script::{guest_script, parse_results, RunLine};
+pub use plot::timeline_svg;
+pub use scenario::{Goal, Scenario, Timeline, SCENARIOS};
+pub use script::{guest_script, parse_results, timeline_script, RunLine};
+pub use timeline::{PhaseResult, Series, TimelineResult};
 
 use crate::cprogram::{CProgram, CSource};
 use crate::BenchError;
@@ -66,10 +70,12 @@ pub struct ScenarioResult {
     pub accel: String,
     /// Guest kernel panics this scenario was run again after (when, RIP).
     pub guest_panics: Vec<String>,
+    /// Timeline scenarios: throughput over time and per phase.
+    pub timeline: Option<TimelineResult>,
 }
 
-/// Runs `scenario` for `rounds` rounds in a guest, `vsched` being the
-/// binary carried into it.
+/// Runs `scenario` for `rounds` rounds in lab guests, `vsched` being the
+/// binary carried into them.
 pub fn run_scenario(
     scenario: &Scenario,
     rounds: usize,
@@ -80,25 +86,116 @@ pub fn run_scenario(
     let mut layout = Layout::parse(scenario.layout, &host_cpus())
         .map_err(|e| BenchError::Lab(vsched_lab::LabError::from(e)))?;
     layout.extra_binaries.push(program.path().to_path_buf());
-    // Every run takes a few seconds (a vsched run waits for its model
-    // first): give each, with its load and unload, up to RUN_BUDGET_S.
-    let runs = ROUNDS_PER_GUEST * scenario.variants().len();
-    layout.run_timeout_s = layout.run_timeout_s.max(30.0 + runs as f64 * RUN_BUDGET_S);
-    let mut guest_panics = Vec::new();
-    let mut lines = Vec::new();
-    let mut summary = None;
-    let mut accel = String::new();
-    let mut first = 0;
-    while first < rounds {
-        let chunk = first..(first + ROUNDS_PER_GUEST).min(rounds);
-        let script = guest_script(scenario, chunk.clone());
+    let mut guests = Guests {
+        scenario,
+        layout,
+        opts,
+        stop,
+        panics: Vec::new(),
+        lines: Vec::new(),
+        summary: None,
+        accel: String::new(),
+    };
+    match scenario.timeline {
+        // One guest per run: the layout's phases run on the guest's clock.
+        Some(t) => {
+            let workload_s: f64 = scenario
+                .workload
+                .get(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.0);
+            guests.layout.run_timeout_s = t.lead_s + workload_s + RUN_BUDGET_S;
+            let n = scenario.variants().len();
+            for round in 0..rounds {
+                for k in 0..n {
+                    let k = (k + round) % n;
+                    let script = timeline_script(scenario, t.lead_s, round, k);
+                    guests.run(
+                        &script,
+                        &format!("round {round}, {}", scenario.variants()[k].0),
+                    )?;
+                }
+            }
+        }
+        None => {
+            // Every run takes a few seconds (a vsched run waits for its
+            // model first): give each, with its load and unload, up to
+            // RUN_BUDGET_S.
+            let runs = ROUNDS_PER_GUEST * scenario.variants().len();
+            guests.layout.run_timeout_s = guests
+                .layout
+                .run_timeout_s
+                .max(30.0 + runs as f64 * RUN_BUDGET_S);
+            let mut first = 0;
+            while first < rounds {
+                let chunk = first..(first + ROUNDS_PER_GUEST).min(rounds);
+                let script = guest_script(scenario, chunk.clone());
+                guests.run(
+                    &script,
+                    &format!("rounds {}-{}", chunk.start, chunk.end - 1),
+                )?;
+                first = chunk.end;
+            }
+        }
+    }
+    let phase_starts_s = phase_starts_s(scenario, &guests.layout);
+    let mut result = summarize(
+        scenario,
+        rounds,
+        &guests.lines,
+        guests.summary,
+        guests.accel,
+        &phase_starts_s,
+    )
+    .ok_or_else(|| BenchError::Scenario("no run gave a result".into()))?;
+    result.guest_panics = guests.panics;
+    Ok(result)
+}
+
+/// When each phase of a timeline scenario begins, in seconds since its
+/// workload's start: the layout's initial placement at 0, then its
+/// `[[phase]]` times less the lead (empty for other scenarios).
+pub fn phase_starts_s(scenario: &Scenario, layout: &Layout) -> Vec<f64> {
+    let Some(t) = scenario.timeline else {
+        return Vec::new();
+    };
+    std::iter::once(0.0)
+        .chain(layout.phases.iter().map(|p| p.at_s - t.lead_s))
+        .collect()
+}
+
+/// The guests of one scenario and what their runs gave.
+struct Guests<'a> {
+    scenario: &'a Scenario,
+    layout: Layout,
+    opts: &'a LabOptions,
+    stop: &'a AtomicBool,
+    /// Guest kernel panics so far (when, why).
+    panics: Vec<String>,
+    lines: Vec<RunLine>,
+    /// The last vsched run's summary.
+    summary: Option<serde_json::Value>,
+    accel: String,
+}
+
+impl Guests<'_> {
+    /// Boots a guest for `script` and collects its results; a guest whose
+    /// kernel panicked is booted again (up to MAX_GUEST_PANICS per scenario).
+    /// `what` names the runs for the panic message.
+    fn run(&mut self, script: &str, what: &str) -> Result<(), BenchError> {
+        let script = script.to_string();
         let ran = loop {
-            match vsched_lab::run::run(&layout, std::slice::from_ref(&script), opts, stop) {
+            match vsched_lab::run::run(
+                &self.layout,
+                std::slice::from_ref(&script),
+                self.opts,
+                self.stop,
+            ) {
                 Ok(ran) => break ran,
                 Err(vsched_lab::LabError::GuestPanic {
                     during_commands,
                     console_tail,
-                }) if guest_panics.len() < MAX_GUEST_PANICS => {
+                }) if self.panics.len() < MAX_GUEST_PANICS => {
                     let cause = panic_cause(&console_tail);
                     let when = if during_commands {
                         "during the runs"
@@ -106,15 +203,13 @@ pub fn run_scenario(
                         "while booting"
                     };
                     eprintln!(
-                        "{}: the guest kernel panicked {when} ({cause}); rounds {}-{} again; its console's last lines:",
-                        scenario.name,
-                        chunk.start,
-                        chunk.end - 1
+                        "{}: the guest kernel panicked {when} ({cause}); {what} again; its console's last lines:",
+                        self.scenario.name
                     );
                     for line in console_tail.lines() {
                         eprintln!("    | {line}");
                     }
-                    guest_panics.push(format!("{when}: {cause}"));
+                    self.panics.push(format!("{when}: {cause}"));
                 }
                 Err(e) => return Err(BenchError::Lab(e)),
             }
@@ -123,22 +218,18 @@ pub fn run_scenario(
             .commands
             .first()
             .ok_or_else(|| BenchError::Scenario("the guest ran no command".into()))?;
-        let (chunk_lines, chunk_summary) = parse_results(&cmd.output);
-        if chunk_lines.is_empty() {
+        let (lines, summary) = parse_results(&cmd.output);
+        if lines.is_empty() {
             return Err(BenchError::Scenario(format!(
                 "the guest's runs gave no result:\n{}",
                 cmd.output
             )));
         }
-        lines.extend(chunk_lines);
-        summary = chunk_summary.or(summary);
-        accel = ran.accel.clone();
-        first = chunk.end;
+        self.lines.extend(lines);
+        self.summary = summary.or(self.summary.take());
+        self.accel = ran.accel.clone();
+        Ok(())
     }
-    let mut result = summarize(scenario, rounds, &lines, summary, accel)
-        .ok_or_else(|| BenchError::Scenario("no run gave a result".into()))?;
-    result.guest_panics = guest_panics;
-    Ok(result)
 }
 
 /// What a guest's panic says about itself: the kernel's reason and the
@@ -179,6 +270,7 @@ pub fn summarize(
     lines: &[RunLine],
     last_vsched_summary: Option<serde_json::Value>,
     accel: String,
+    phase_starts_s: &[f64],
 ) -> Option<ScenarioResult> {
     let mut variants: Vec<VariantResult> = scenario
         .variants()
@@ -230,7 +322,28 @@ pub fn summarize(
     let vsched = med("vsched")?;
     let vsched_of_oracle = med("oracle").map(|o| o / vsched);
     let speedup = default / vsched;
-    let goal_met = scenario.goal.verdict(speedup, vsched_of_oracle);
+    let timeline = scenario.timeline.and_then(|t| {
+        let interval_ms = variants
+            .iter()
+            .flat_map(|v| &v.other_medians)
+            .find(|(k, _)| k == "interval_ms")?
+            .1;
+        let input: Vec<(String, Vec<(String, f64)>)> = variants
+            .iter()
+            .map(|v| (v.variant.clone(), v.other_medians.clone()))
+            .collect();
+        timeline::analyse(&input, interval_ms / 1e3, t.phases, phase_starts_s)
+    });
+    if timeline.is_some() {
+        // The series hold them now.
+        for v in &mut variants {
+            v.other_medians.retain(|(k, _)| !is_interval_key(k));
+        }
+    }
+    let slowest_recovery_s = timeline.as_ref().and_then(|t| t.slowest_recovery_s());
+    let goal_met = scenario
+        .goal
+        .verdict(speedup, vsched_of_oracle, slowest_recovery_s);
     Some(ScenarioResult {
         name: scenario.name,
         what: scenario.what,
@@ -244,7 +357,14 @@ pub fn summarize(
         last_vsched_summary,
         accel,
         guest_panics: Vec::new(),
+        timeline,
     })
+}
+
+/// A timeline's per-interval key ("t0", "t1", ...).
+fn is_interval_key(k: &str) -> bool {
+    k.strip_prefix('t')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The host's online CPUs (the layouts pin vCPUs to them).

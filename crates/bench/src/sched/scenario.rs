@@ -11,18 +11,43 @@ pub struct Goal {
     pub min_speedup: f64,
     /// vsched's speed as a share of the oracle's, at least (if there is one).
     pub min_of_oracle: Option<f64>,
+    /// Timelines: vsched back at its phase's level within this many seconds
+    /// of every phase change.
+    pub max_recovery_s: Option<f64>,
 }
 
 impl Goal {
-    /// Whether measured results meet the goal.
-    pub fn verdict(&self, speedup: f64, of_oracle: Option<f64>) -> Option<bool> {
+    /// Whether measured results meet the goal; `slowest_recovery_s` is the
+    /// longest of a timeline's recoveries (None: some phase never recovered).
+    pub fn verdict(
+        &self,
+        speedup: f64,
+        of_oracle: Option<f64>,
+        slowest_recovery_s: Option<f64>,
+    ) -> Option<bool> {
         let oracle_ok = match (self.min_of_oracle, of_oracle) {
             (Some(min), Some(got)) => got >= min,
             (Some(_), None) => false,
             (None, _) => true,
         };
-        Some(speedup >= self.min_speedup && oracle_ok)
+        let recovery_ok = match self.max_recovery_s {
+            Some(max) => slowest_recovery_s.is_some_and(|r| r <= max),
+            None => true,
+        };
+        Some(speedup >= self.min_speedup && oracle_ok && recovery_ok)
     }
+}
+
+/// A scenario measured as throughput over time, across the phases of its
+/// layout (vSched Fig. 16).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeline {
+    /// Seconds from the guest's command start to the workload's: a vsched
+    /// run loads and gets its first model meanwhile. The layout's phase
+    /// times count from the command start too.
+    pub lead_s: f64,
+    /// Names of the phases, the layout's initial placement first.
+    pub phases: &'static [&'static str],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +73,9 @@ pub struct Scenario {
     /// Also run the minimal FIFO sched_ext scheduler ("fifo-reference"):
     /// what sched_ext itself costs, apart from vsched's policy.
     pub fifo_reference: bool,
+    /// Run as a timeline: one guest per run, the layout's phases walked
+    /// during the workload (None: one number per run, rounds share guests).
+    pub timeline: Option<Timeline>,
     pub goal: Goal,
 }
 
@@ -98,9 +126,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-rwc"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 1.5,
             min_of_oracle: Some(0.8),
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -115,9 +145,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-capacity"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 1.3,
             min_of_oracle: Some(0.8),
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -133,9 +165,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-bvs"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 2.0,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -150,9 +184,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-bvs", "--bvs-no-state-check"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 2.0,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -170,9 +206,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 1.8,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -186,9 +224,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 1.3,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -202,9 +242,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh"],
         fifo_reference: false,
+        timeline: None,
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -219,9 +261,11 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
+        timeline: None,
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,
+            max_recovery_s: None,
         },
     },
     Scenario {
@@ -236,9 +280,44 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
+        timeline: None,
         goal: Goal {
             min_speedup: 0.97,
             min_of_oracle: None,
+            max_recovery_s: None,
+        },
+    },
+    Scenario {
+        name: "adaptability",
+        what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \
+               2 vCPUs walk through dedicated, both capped at 50%, asymmetric 2:1, a \
+               straggler, stacked, and dedicated again (12 s each)",
+        layout_file: "lab/sched/bench-phases.toml",
+        layout: include_str!("../../../../lab/sched/bench-phases.toml"),
+        // 72 s: the six phases of 12 s (the layout's times, after the lead);
+        // 250 ms intervals: four throughput points per probe interval.
+        workload: &["timeline", "2", "72", "250", "200000"],
+        metric: "s_per_round",
+        oracle_cpus: None,
+        vsched_flags: "",
+        ablations: &[],
+        fifo_reference: false,
+        timeline: Some(Timeline {
+            lead_s: 8.0,
+            phases: &[
+                "dedicated",
+                "capped 50%",
+                "asymmetric 2:1",
+                "straggler",
+                "stacked",
+                "dedicated again",
+            ],
+        }),
+        goal: Goal {
+            min_speedup: 1.0,
+            min_of_oracle: None,
+            // Two probe intervals of `vsched sched` (1 s each).
+            max_recovery_s: Some(2.0),
         },
     },
 ];
@@ -271,10 +350,41 @@ mod tests {
         let g = Goal {
             min_speedup: 1.5,
             min_of_oracle: Some(0.8),
+            max_recovery_s: None,
         };
-        assert_eq!(g.verdict(2.0, Some(0.9)), Some(true));
-        assert_eq!(g.verdict(2.0, Some(0.7)), Some(false));
-        assert_eq!(g.verdict(1.4, Some(0.9)), Some(false));
-        assert_eq!(g.verdict(2.0, None), Some(false));
+        assert_eq!(g.verdict(2.0, Some(0.9), None), Some(true));
+        assert_eq!(g.verdict(2.0, Some(0.7), None), Some(false));
+        assert_eq!(g.verdict(1.4, Some(0.9), None), Some(false));
+        assert_eq!(g.verdict(2.0, None, None), Some(false));
+    }
+
+    #[test]
+    fn a_timeline_goal_needs_every_phase_recovered_in_time() {
+        let g = Goal {
+            min_speedup: 1.0,
+            min_of_oracle: None,
+            max_recovery_s: Some(2.0),
+        };
+        assert_eq!(g.verdict(1.2, None, Some(1.5)), Some(true));
+        assert_eq!(g.verdict(1.2, None, Some(2.5)), Some(false));
+        assert_eq!(g.verdict(1.2, None, None), Some(false));
+        assert_eq!(g.verdict(0.9, None, Some(0.5)), Some(false));
+    }
+
+    #[test]
+    fn a_timeline_names_every_phase_of_its_layout_and_runs_through_them() {
+        for s in SCENARIOS {
+            let Some(t) = s.timeline else { continue };
+            let l = vsched_lab::Layout::parse(s.layout, &[0, 1]).unwrap();
+            assert_eq!(t.phases.len(), l.phases.len() + 1, "{}", s.name);
+            let seconds: f64 = s.workload[2].parse().unwrap();
+            let last = l.phases.last().map_or(0.0, |p| p.at_s);
+            assert!(
+                last - t.lead_s < seconds,
+                "{}: the last phase starts after the workload",
+                s.name
+            );
+            assert!(t.lead_s > 0.0, "{}", s.name);
+        }
     }
 }

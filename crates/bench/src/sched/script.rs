@@ -38,53 +38,83 @@ impl RunLine {
     }
 }
 
+/// Shell functions every script uses: waiting for sched_ext's state, for
+/// the first model, and (timelines) for a time since the script began.
+fn prelude() -> String {
+    format!(
+        "wait_state() {{ for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }}\n\
+         wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n\
+         T0=$(cut -d' ' -f1 /proc/uptime)\n\
+         wait_until() {{ while awk -v t0=$T0 -v d=$1 '{{exit !($1 < t0 + d)}}' /proc/uptime; do sleep 0.02; done; }}\n"
+    )
+}
+
 /// The guest script for rounds `rounds` (a range of round numbers): every
 /// variant once per round, the order rotated by one each round.
 pub fn guest_script(s: &Scenario, rounds: std::ops::Range<usize>) -> String {
-    let workload = format!("schedbench {}", s.workload.join(" "));
-    let mut out = String::from(
-        "wait_state() { for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }\n",
-    );
-    out.push_str(&format!(
-        "wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n"
-    ));
+    let mut out = prelude();
     let variants = s.variants();
     for round in rounds {
         for k in 0..variants.len() {
             let (label, kind) = &variants[(k + round) % variants.len()];
-            let report = |cmd: &str| format!("echo \"{RUN} {label} {round} $({cmd})\"\n");
-            match kind {
-                VariantKind::Default => out.push_str(&report(&workload)),
-                VariantKind::Oracle(cpus) => {
-                    out.push_str(&report(&format!("taskset -c {cpus} {workload}")))
-                }
-                VariantKind::Vsched(flags) => {
-                    // Without probers no model ever comes.
-                    let ready = if flags.contains("--no-probe") {
-                        "wait_state enabled"
-                    } else {
-                        "wait_state enabled && wait_model"
-                    };
-                    // The reference is its own scheduler: no vsched flags.
-                    let fixed = if flags.contains("--reference-fifo") {
-                        ""
-                    } else {
-                        s.vsched_flags
-                    };
-                    out.push_str(&format!(
-                        "vsched sched -q {fixed} {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
-                         {ready} && sleep {SETTLE_S}\n"
-                    ));
-                    out.push_str(&report(&workload));
-                    out.push_str(&format!(
-                        "kill $S; wait $S; wait_state disabled\n\
-                         echo \"{SUMMARY} $(tr -d '\\n' < /tmp/sched.json)\"\n"
-                    ));
-                }
-            }
+            push_run(&mut out, s, label, *kind, round, None);
         }
     }
     out
+}
+
+/// The guest script of one timeline run: variant `k` in round `round`,
+/// its workload started `lead_s` after the script (and so the layout's
+/// phase clock) began, whatever the scheduler's loading took.
+pub fn timeline_script(s: &Scenario, lead_s: f64, round: usize, k: usize) -> String {
+    let mut out = prelude();
+    let (label, kind) = &s.variants()[k];
+    push_run(&mut out, s, label, *kind, round, Some(lead_s));
+    out
+}
+
+/// Appends one run of variant `label` to `out`; with `start_at_s`, its
+/// workload waits until that long after the script began.
+fn push_run(
+    out: &mut String,
+    s: &Scenario,
+    label: &str,
+    kind: VariantKind,
+    round: usize,
+    start_at_s: Option<f64>,
+) {
+    let workload = format!("schedbench {}", s.workload.join(" "));
+    let wait = start_at_s.map_or(String::new(), |t| format!("wait_until {t}; "));
+    let report = |cmd: &str| format!("{wait}echo \"{RUN} {label} {round} $({cmd})\"\n");
+    match kind {
+        VariantKind::Default => out.push_str(&report(&workload)),
+        VariantKind::Oracle(cpus) => {
+            out.push_str(&report(&format!("taskset -c {cpus} {workload}")))
+        }
+        VariantKind::Vsched(flags) => {
+            // Without probers no model ever comes.
+            let ready = if flags.contains("--no-probe") {
+                "wait_state enabled"
+            } else {
+                "wait_state enabled && wait_model"
+            };
+            // The reference is its own scheduler: no vsched flags.
+            let fixed = if flags.contains("--reference-fifo") {
+                ""
+            } else {
+                s.vsched_flags
+            };
+            out.push_str(&format!(
+                "vsched sched -q {fixed} {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
+                 {ready} && sleep {SETTLE_S}\n"
+            ));
+            out.push_str(&report(&workload));
+            out.push_str(&format!(
+                "kill $S; wait $S; wait_state disabled\n\
+                 echo \"{SUMMARY} $(tr -d '\\n' < /tmp/sched.json)\"\n"
+            ));
+        }
+    }
 }
 
 /// Result lines, and the last vsched summary, from the guest's output.
