@@ -119,6 +119,18 @@ pub fn run(args: SchedBenchArgs) -> Result<bool> {
     Ok(true)
 }
 
+/// A measured value with the digits that matter: latencies in whole µs,
+/// seconds to the ms, seconds per round (under a ms) to the ns.
+fn value(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 0.1 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.6}")
+    }
+}
+
 fn print_table(r: &ScenarioResult) {
     println!(
         "{} ({}, {} rounds; workload: schedbench {})",
@@ -131,16 +143,16 @@ fn print_table(r: &ScenarioResult) {
         "speedup"
     );
     for v in &r.variants {
-        let runs: Vec<String> = v.values.iter().map(|x| format!("{x:.3}")).collect();
+        let runs: Vec<String> = v.values.iter().map(|&x| value(x)).collect();
         let others: Vec<String> = v
             .other_medians
             .iter()
             .map(|(k, x)| format!("{k} {x:.0}"))
             .collect();
         println!(
-            "  {:<26} {:>12.3} {:>7.2}x  {}{}",
+            "  {:<26} {:>12} {:>7.2}x  {}{}",
             v.variant,
-            v.median,
+            value(v.median),
             v.speedup_vs_default,
             runs.join(" "),
             if others.is_empty() {

@@ -100,6 +100,11 @@ pub struct SchedArgs {
     #[arg(long, short)]
     quiet: bool,
 
+    /// A line for every model update (capacity, available share, what RWC
+    /// hides), not only when what RWC hides changes
+    #[arg(long, short)]
+    verbose: bool,
+
     /// Write the summary at exit as JSON to FILE
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -195,7 +200,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             // model, looks for.
             let hidden =
                 |m: &[vsched_sched::VcpuModel]| m.iter().map(|v| v.visibility).collect::<Vec<_>>();
-            if model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
+            if args.verbose || model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
                 eprintln!(
                     "vsched sched: model {model_updates}: {}",
                     describe(&new_model)
@@ -293,7 +298,12 @@ fn describe(models: &[vsched_sched::VcpuModel]) -> String {
                 (_, true) => " hidden (stacked)",
                 _ => "",
             };
-            format!("vCPU {} {cap}{why}", m.cpu)
+            let avail = if m.available_permille == 0 {
+                String::new()
+            } else {
+                format!(" ({:.0}% available)", m.available_permille as f64 / 10.0)
+            };
+            format!("vCPU {} {cap}{avail}{why}", m.cpu)
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -55,10 +55,19 @@ impl VcpuSample {
         filter: &EpisodeFilter,
     ) -> VcpuSample {
         // The light window is the better steal reading (longer, and it does
-        // not distort the vCPU); the heavy one stands in when it is all we have.
-        let steal_source = light.or(heavy);
+        // not distort the vCPU); the heavy one stands in when it is all we
+        // have, or when the light one is blind: its prober outranks guest
+        // tasks, so it sees the vCPU's off periods through any load (a
+        // straggler appearing under a CPU-bound workload went unseen until
+        // the load ended).
+        let light_blind = light.is_some_and(|t| t.guest_frac() > BLIND_GUEST_SHARE);
+        let steal_source = if light_blind {
+            heavy.or(light)
+        } else {
+            light.or(heavy)
+        };
         let hypervisor_frac = steal_source.map_or(0.0, Timeline::hypervisor_frac);
-        let hypervisor_blind = light.is_some_and(|t| t.guest_frac() > BLIND_GUEST_SHARE);
+        let hypervisor_blind = light_blind && heavy.is_none();
         let preempted_frac = heavy.map(Timeline::guest_frac);
         let mut episodes_ns = Vec::new();
         for t in light.into_iter().chain(heavy) {
@@ -93,6 +102,14 @@ pub struct VcpuEstimate {
     recent_episodes_ns: Vec<u64>,
 }
 
+/// A share of the vCPU's time (a quarter) by which two readings in a row
+/// must differ from the smoothed one for the estimate to restart at the new
+/// level (`Ema::with_step`). Quiet windows scatter by a few percent and a
+/// noisy host's bursts by 10-20%; a cap set or lifted, or a neighbour
+/// arriving, moves the share by 30-90%. With the 3 s half-life alone, a
+/// vCPU capped to 10% took over 15 s to read as a straggler.
+pub const STEP_SHARE: f64 = 0.25;
+
 /// Episodes kept per vCPU for the mean/p95 ("vCPU latency").
 pub const EPISODE_HISTORY: usize = 256;
 
@@ -101,10 +118,10 @@ impl VcpuEstimate {
         VcpuEstimate {
             cpu,
             updates: 0,
-            hypervisor: Ema::new(half_life_s),
-            hidden: Ema::new(half_life_s),
-            reported_steal: Ema::new(half_life_s),
-            preempted: Ema::new(half_life_s),
+            hypervisor: Ema::with_step(half_life_s, STEP_SHARE),
+            hidden: Ema::with_step(half_life_s, STEP_SHARE),
+            reported_steal: Ema::with_step(half_life_s, STEP_SHARE),
+            preempted: Ema::with_step(half_life_s, STEP_SHARE),
             speed: Ema::new(half_life_s),
             recent_episodes_ns: Vec::new(),
         }
@@ -321,6 +338,25 @@ mod tests {
         let f = EpisodeFilter::default();
         assert!(VcpuSample::from_timelines(0, Some(&t(80)), None, &f).hypervisor_blind);
         assert!(!VcpuSample::from_timelines(0, Some(&t(50)), None, &f).hypervisor_blind);
+    }
+
+    /// Regression: a straggler appearing under a CPU-bound workload went
+    /// unseen while the load lasted (every light window blind); the heavy
+    /// window's prober outranks the load and reads the hypervisor instead.
+    #[test]
+    fn a_blind_light_window_takes_the_hypervisor_from_the_heavy_one() {
+        let f = EpisodeFilter::default();
+        let mut light = tl(Phase::Light, vec![], 0, 0);
+        light.gaps = vec![crate::timeline::Gap {
+            start_ns: 0,
+            len_ns: 90_000_000,
+            guest_ns: 90_000_000,
+            hidden_ns: 0,
+        }];
+        let heavy = tl(Phase::Heavy, vec![], 1_000_000, 90_000_000);
+        let s = VcpuSample::from_timelines(0, Some(&light), Some(&heavy), &f);
+        assert!(!s.hypervisor_blind);
+        assert!(s.hypervisor_frac > 0.5, "{s:?}");
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! A half-life (rather than a fixed per-sample weight) keeps the smoothing
 //! the same whatever the sampling interval: after `half_life_s` seconds an
 //! old value carries half the weight it had.
+//!
+//! Optionally it restarts at a new level ([`Ema::with_step`]): smoothing
+//! that hides noise also hides a change of regime (a cap set on the host, a
+//! neighbour arriving) for several half-lives, while the scheduler should
+//! follow it within a probe interval or two.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +17,12 @@ pub struct Ema {
     value: Option<f64>,
     /// Time of the last sample (for `update_at`).
     last_s: Option<f64>,
+    /// Restart threshold (see `with_step`); None: never.
+    #[serde(default)]
+    step: Option<f64>,
+    /// The previous sample, if it was more than `step` away.
+    #[serde(default)]
+    away: Option<f64>,
 }
 
 impl Ema {
@@ -21,6 +32,19 @@ impl Ema {
             half_life_s,
             value: None,
             last_s: None,
+            step: None,
+            away: None,
+        }
+    }
+
+    /// An EMA that jumps to a new level: when two samples in a row are
+    /// more than `step` away from the value, on the same side, the value
+    /// becomes the newer sample. One outlier still moves it only by its
+    /// weight; a lasting change is followed after two samples.
+    pub fn with_step(half_life_s: f64, step: f64) -> Self {
+        Ema {
+            step: Some(step),
+            ..Ema::new(half_life_s)
         }
     }
 
@@ -36,7 +60,19 @@ impl Ema {
     pub fn update(&mut self, sample: f64, dt_s: f64) -> f64 {
         let next = match self.value {
             None => sample,
-            Some(prev) => prev + Self::alpha(self.half_life_s, dt_s) * (sample - prev),
+            Some(prev) => {
+                let far = self.step.is_some_and(|step| (sample - prev).abs() > step);
+                let same_side = self
+                    .away
+                    .is_some_and(|a| (a - prev).signum() == (sample - prev).signum());
+                self.away = far.then_some(sample);
+                if far && same_side {
+                    self.away = None;
+                    sample
+                } else {
+                    prev + Self::alpha(self.half_life_s, dt_s) * (sample - prev)
+                }
+            }
         };
         self.value = Some(next);
         next
@@ -59,6 +95,31 @@ impl Ema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lasting_step_is_followed_after_two_samples_and_an_outlier_is_not() {
+        let mut e = Ema::with_step(3.0, 0.25);
+        e.update(0.0, 0.0);
+        // One outlier: smoothed as usual, and forgotten.
+        let v = e.update(0.9, 1.0);
+        assert!((v - 0.9 * Ema::alpha(3.0, 1.0)).abs() < 1e-9, "{v}");
+        let v = e.update(0.0, 1.0);
+        assert!(v < 0.2, "{v}");
+        // A lasting change: at its level on its second sample.
+        e.update(0.9, 1.0);
+        assert_eq!(e.update(0.9, 1.0), 0.9);
+        // Two far samples on opposite sides are not a step.
+        let mut e = Ema::with_step(3.0, 0.25);
+        e.update(0.5, 0.0);
+        e.update(1.0, 1.0);
+        let v = e.update(0.0, 1.0);
+        assert!(v > 0.1 && v < 0.9, "{v}");
+        // Small changes never jump.
+        let mut e = Ema::with_step(3.0, 0.25);
+        e.update(0.0, 0.0);
+        e.update(0.2, 1.0);
+        assert!(e.update(0.2, 1.0) < 0.2);
+    }
 
     #[test]
     fn first_sample_is_taken_as_is() {

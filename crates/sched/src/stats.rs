@@ -119,6 +119,11 @@ pub const STATS: &[StatDef] = &[
         name: "beat_gaps",
         help: "inactive episodes the scheduler's heartbeat saw (all vCPUs)",
     },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IDLE_STARVED,
+        name: "idle_starved",
+        help: "SCHED_IDLE tasks run ahead of normal work after waiting 1 s (starvation guard)",
+    },
 ];
 
 /// Number of counters the BPF side keeps.

@@ -149,6 +149,9 @@ enum vs_stat {
 	VS_STAT_IVH_ABANDONED_SOURCE,
 	/* Inactive episodes the heartbeat saw (all vCPUs). */
 	VS_STAT_BEAT_GAPS,
+	/* SCHED_IDLE tasks run ahead of waiting normal work because they had
+	 * waited VS_IDLE_MAX_WAIT_NS (the starvation guard). */
+	VS_STAT_IDLE_STARVED,
 	VS_NR_STATS,
 };
 

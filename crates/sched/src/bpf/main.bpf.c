@@ -69,6 +69,17 @@ char _license[] SEC("license") = "GPL";
  */
 #define VS_IVH_ANSWER_BEATS 8
 
+/*
+ * The longest a SCHED_IDLE task waits behind normal work (1 s). The
+ * kernel's default scheduler gives such a task a weight of 3 against a
+ * normal task's 1024: slow, never stopped. Without a bound here, a vCPU
+ * that normal work kept busy (RWC had hidden its stacked sibling) left the
+ * probers' SCHED_IDLE thread waiting until sched_ext's watchdog ejected
+ * the scheduler (`timeout_ms`, 5 s) ; one slice per second costs the
+ * normal work 0.3%, the same share the default gives.
+ */
+#define VS_IDLE_MAX_WAIT_NS 1000000000ULL
+
 /* Tunables, set by the loader before load (see the `vsched sched` flags). */
 const volatile u64 slice_ns = 3000000;
 const volatile u32 nr_cpus = 1;
@@ -140,6 +151,8 @@ struct task_ctx {
 	 * short task). */
 	u32 bvs_target_plus1;
 	u32 bvs_preempt;
+	/* SCHED_IDLE tasks: when it was last queued (the starvation guard). */
+	u64 idle_queued_ns;
 };
 
 struct {
@@ -201,6 +214,26 @@ static struct task_ctx *ctx_of(struct task_struct *p)
 {
 	return bpf_task_storage_get(&task_ctxs, p, 0,
 				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* Whether the first SCHED_IDLE task in `dsq` has waited too long. */
+static bool idle_starving_in(u64 dsq, u64 now)
+{
+	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(dsq);
+	struct task_ctx *tc;
+
+	if (!head || !(tc = ctx_of(head)))
+		return false;
+	return tc->idle_queued_ns && now - tc->idle_queued_ns > VS_IDLE_MAX_WAIT_NS;
+}
+
+/* Whether a SCHED_IDLE task that `cpu` may run has waited too long. */
+static bool idle_starving_on(s32 cpu)
+{
+	u64 now = bpf_ktime_get_ns();
+
+	return idle_starving_in(VS_DSQ_IDLE_PINNED + cpu, now) ||
+	       idle_starving_in(VS_DSQ_IDLE, now);
 }
 
 /* Whether the host has the vCPU switched off right now (KVM only). */
@@ -720,6 +753,10 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 	 * measure exactly that leftover time).
 	 */
 	if (is_idle_task(p)) {
+		struct task_ctx *tc = ctx_of(p);
+
+		if (tc)
+			tc->idle_queued_ns = bpf_ktime_get_ns();
 		count(VS_STAT_QUEUED_IDLE);
 		if (p->nr_cpus_allowed == 1) {
 			cpu = scx_bpf_task_cpu(p);
@@ -752,8 +789,11 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 			}
 		}
 	}
-	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it there. */
-	if (p->nr_cpus_allowed == 1) {
+	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it
+	 * there, unless that would pass over starving SCHED_IDLE work again
+	 * (a task inserted locally is run without a dispatch); queued, it
+	 * waits one dispatch. */
+	if (p->nr_cpus_allowed == 1 && !idle_starving_on(scx_bpf_task_cpu(p))) {
 		count(VS_STAT_PINNED);
 		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
 		return;
@@ -801,7 +841,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 		 * (seen in the IVH layout: 4.0 s against 1.4 s).
 		 */
 		if (cur_visible && !scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cur) &&
-		    keeps_its_vcpu(p)) {
+		    keeps_its_vcpu(p) && !idle_starving_on(cur)) {
 			count(VS_STAT_KEPT_RUNNING);
 			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
 			return;
@@ -840,6 +880,13 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 	}
 	ivh_answer(cpu);
+	/* The starvation guard: SCHED_IDLE work that waited too long first. */
+	if (idle_starving_on(cpu) &&
+	    (scx_bpf_dsq_move_to_local(VS_DSQ_IDLE_PINNED + cpu, 0) ||
+	     scx_bpf_dsq_move_to_local(VS_DSQ_IDLE, 0))) {
+		count(VS_STAT_IDLE_STARVED);
+		return;
+	}
 	if (visible(cpu)) {
 		if (scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL, 0))
 			return;
