@@ -13,6 +13,10 @@ need_apt=()
 # The VM lab's end-to-end tests boot real guests.
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_apt+=(busybox-static)
+# Real programs run under `vsched exec` (crates/cli/tests/real_programs.rs).
+for p in xz:xz-utils zstd:zstd pigz:pigz pbzip2:pbzip2 sqlite3:sqlite3; do
+  command -v "${p%%:*}" >/dev/null 2>&1 || need_apt+=("${p#*:}")
+done
 lab_kernel="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/vsched/lab/vmlinuz"
 if [ ${#need_apt[@]} -gt 0 ] || [ ! -f "$lab_kernel" ]; then
   # Package lists are needed to install, and for the lab to fetch its guest
