@@ -5,6 +5,8 @@
  *   schedbench cpu THREADS ITERS            CPU-bound threads, fixed work each
  *   schedbench barrier THREADS ROUNDS ITERS ITERS of work, then a barrier, ROUNDS times
  *   schedbench pingpong PAIRS ROUNDTRIPS    pairs of threads passing a byte through pipes
+ *   schedbench messaging GROUPS FDS LOOPS   hackbench-like: in each group FDS senders
+ *       write LOOPS 100-byte messages to each of FDS receivers (Unix sockets)
  *   schedbench server WORKERS REQUESTS SERVICE_US INTERVAL_US [BEST_EFFORT]
  *       a request server (Tailbench-like): a generator issues REQUESTS at
  *       random intervals (mean INTERVAL_US, open loop), WORKERS threads
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -127,6 +130,51 @@ static int run_timeline(long threads, long seconds, long interval_ms)
 	printf("\n");
 	fflush(stdout);
 	return 0;
+}
+
+/* The messaging kernel (hackbench's thread mode, in miniature). */
+#define MSG_BYTES 100
+static long msg_loops, msg_fds;
+
+struct msg_group {
+	int rx[64], tx[64]; /* receiver i reads rx[i]; senders write tx[i] */
+};
+
+static void *msg_sender(void *arg)
+{
+	struct msg_group *g = arg;
+	char msg[MSG_BYTES] = { 0 };
+
+	for (long l = 0; l < msg_loops; l++)
+		for (long r = 0; r < msg_fds; r++)
+			for (long done = 0; done < MSG_BYTES;) {
+				ssize_t n = write(g->tx[r], msg + done, MSG_BYTES - done);
+
+				if (n <= 0)
+					abort();
+				done += n;
+			}
+	return NULL;
+}
+
+struct msg_receiver {
+	int fd;
+};
+
+static void *msg_receiver(void *arg)
+{
+	struct msg_receiver *r = arg;
+	char buf[MSG_BYTES * 8];
+	long left = msg_fds * msg_loops * MSG_BYTES;
+
+	while (left > 0) {
+		ssize_t n = read(r->fd, buf, left < (long)sizeof(buf) ? left : (long)sizeof(buf));
+
+		if (n <= 0)
+			abort();
+		left -= n;
+	}
+	return NULL;
 }
 
 struct pair_end {
@@ -333,6 +381,35 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return run_timeline(n, seconds, interval_ms);
+	} else if (!strcmp(argv[1], "messaging") && argc == 5) {
+		static struct msg_group groups[128];
+		static struct msg_receiver rx[256];
+		long groups_n = n, threads = 0;
+
+		msg_fds = arg(argv, 3);
+		msg_loops = arg(argv, 4);
+		if (groups_n * msg_fds * 2 > 256 || msg_fds > 64) {
+			fprintf(stderr, "schedbench: at most 256 threads (GROUPS x FDS x 2), 64 FDS\n");
+			return 2;
+		}
+		for (long g = 0; g < groups_n; g++)
+			for (long r = 0; r < msg_fds; r++) {
+				int sv[2];
+
+				if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+					return 1;
+				groups[g].rx[r] = sv[0];
+				groups[g].tx[r] = sv[1];
+			}
+		for (long g = 0; g < groups_n; g++)
+			for (long r = 0; r < msg_fds; r++) {
+				long k = g * msg_fds + r;
+
+				rx[k].fd = groups[g].rx[r];
+				pthread_create(&t[threads++], NULL, msg_receiver, &rx[k]);
+				pthread_create(&t[threads++], NULL, msg_sender, &groups[g]);
+			}
+		n = threads;
 	} else if (!strcmp(argv[1], "server") && (argc == 6 || argc == 7)) {
 		long best_effort = argc == 7 ? atol(argv[6]) : 0;
 

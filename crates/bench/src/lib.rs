@@ -23,6 +23,7 @@ pub mod compare;
 pub mod cprogram;
 mod error;
 mod harness;
+pub mod real;
 pub mod sched;
 pub mod spin;
 pub mod sync;

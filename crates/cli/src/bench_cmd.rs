@@ -15,6 +15,8 @@ pub enum BenchCommand {
     Sync(crate::bench_sync::SyncBenchArgs),
     /// The kernel's default scheduler vs `vsched sched` in lab guests (RWC, capacity, overhead)
     Sched(crate::bench_sched::SchedBenchArgs),
+    /// Real programs (xz, zstd, pigz, pbzip2, OpenMP, sqlite3, memcached, a mutex program): glibc vs `vsched exec`
+    Real(crate::bench_real::RealBenchArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -69,6 +71,10 @@ pub fn run(cmd: BenchCommand) -> Result<bool> {
             crate::bench_sync::run(args, &harness()?)
         }
         BenchCommand::Sched(args) => crate::bench_sched::run(args),
+        BenchCommand::Real(args) => {
+            args.check()?;
+            crate::bench_real::run(args, &harness()?)
+        }
     }
 }
 

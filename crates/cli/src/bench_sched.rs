@@ -36,6 +36,8 @@ WHAT IT RUNS
                        1.8x, 1.3x, no loss
     overhead-cpu       2 CPU-bound threads on 2 dedicated vCPUs; goal: within 3%
     overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
+    overhead-messaging a hackbench-like messaging kernel (16 threads, Unix
+                       sockets) on 2 dedicated vCPUs; goal: within 3%
     adaptability       a 2-thread barrier kernel's throughput every 250 ms while
                        its 2 vCPUs walk through dedicated, capped 50%,
                        asymmetric 2:1, straggler, stacked, dedicated (12 s
@@ -56,7 +58,7 @@ EXAMPLES
   vsched bench sched --only adaptability --rounds 3 --plot docs/img")]
 pub struct SchedBenchArgs {
     /// Run only this scenario (repeatable): rwc, capacity, bvs, bvs-best-effort,
-    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, adaptability
+    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, overhead-messaging, adaptability
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,
 

@@ -23,7 +23,8 @@ WHAT IT DOES
   runtime replaces glibc's pthread mutexes, condition variables, barriers,
   spinlocks, read-write locks and unnamed semaphores. A thread that has to
   wait spins only as long as waking an idle vCPU would cost (measured here
-  before the program starts), yields its vCPU instead of sleeping while
+  before the program starts, about 30 ms; a measurement younger than 10
+  minutes is reused, --measure forces a new one), yields its vCPU instead of sleeping while
   there are more runnable threads than vCPUs, and sleeps otherwise.
   Robust, priority-inheritance and process-shared mutexes stay glibc's.
   Statically linked programs cannot be preloaded into; vsched says so and
@@ -49,6 +50,10 @@ pub struct ExecArgs {
     /// Spin budget in nanoseconds instead of measuring the idle-vCPU wake-up cost
     #[arg(long, value_name = "NS")]
     spin_ns: Option<u64>,
+
+    /// Measure the wake-up cost now, even if a measurement younger than 10 minutes is cached
+    #[arg(long, conflicts_with = "spin_ns")]
+    measure: bool,
 
     /// How long a waiter keeps yielding on an oversubscribed machine before it sleeps
     #[arg(long, value_name = "NS", default_value_t = exec_env::DEFAULT_YIELD_NS)]
@@ -80,7 +85,7 @@ pub fn run(args: ExecArgs) -> Result<u8> {
     let library = find_library(args.library.as_deref())?;
     let spin_ns = match args.spin_ns {
         Some(ns) => ns,
-        None => measured_spin_ns()?,
+        None => spin_budget(args.measure)?,
     };
     let stats_json = match &args.stats_json {
         Some(path) => Some(absolute(path)?),
@@ -127,6 +132,17 @@ pub fn run(args: ExecArgs) -> Result<u8> {
         program.to_string_lossy()
     );
     Ok(126)
+}
+
+/// The spin budget: the cached measurement if it is fresh (spin_cache::FRESH_FOR)
+/// and `measure` is not asked for, else a new one.
+fn spin_budget(measure: bool) -> Result<u64> {
+    let cached = spin_cache::spin_cache_file()
+        .and_then(|file| spin_cache::read_fresh_spin_ns(&file, spin_cache::FRESH_FOR));
+    match cached {
+        Some(ns) if !measure => Ok(ns),
+        _ => measured_spin_ns(),
+    }
 }
 
 /// Measures the idle-vCPU wake-up cost and leaves it where the runtime

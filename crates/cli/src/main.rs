@@ -1,6 +1,7 @@
 //! `vsched`: makes multithreaded programs run well on cloud vCPUs.
 
 mod bench_cmd;
+mod bench_real;
 mod bench_sched;
 mod bench_sync;
 mod exec_cmd;

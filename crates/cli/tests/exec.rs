@@ -279,6 +279,33 @@ fn a_hand_preloaded_program_uses_the_last_measurement() {
     assert_eq!(json["spin_ns"].as_u64(), Some(measured));
 }
 
+/// Measuring before every start cost 30-40 ms (4% of a one-second program
+/// in `vsched bench real`): a fresh measurement is reused, --measure
+/// takes a new one.
+#[test]
+fn a_fresh_measurement_is_reused_and_measure_takes_a_new_one() {
+    let dir = TempDir::new("fresh");
+    let file = dir.0.join("vsched/sync-spin-ns");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    // A value no measurement gives (1 ns), written just now.
+    std::fs::write(&file, "1\n").unwrap();
+    let budget = |extra: &[&str]| {
+        let out = Command::new(VSCHED)
+            .env("XDG_CACHE_HOME", &dir.0)
+            .arg("exec")
+            .args(extra)
+            .args(["--", "printenv", "VSCHED_SYNC_SPIN_NS"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(budget(&[]), "1");
+    let measured = budget(&["--measure"]);
+    assert_ne!(measured, "1");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), measured);
+}
+
 #[test]
 fn refuses_a_library_path_that_ld_preload_would_split() {
     let lib = library();

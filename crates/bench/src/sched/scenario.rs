@@ -288,6 +288,25 @@ pub const SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "overhead-messaging",
+        what: "overhead: a hackbench-like messaging kernel (2 groups of 4 senders and 4 \
+               receivers, 100-byte messages over Unix sockets) on 2 dedicated vCPUs",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["messaging", "2", "4", "1000"],
+        metric: "elapsed_s",
+        oracle_cpus: None,
+        vsched_flags: "",
+        ablations: &["--no-probe"],
+        fifo_reference: true,
+        timeline: None,
+        goal: Goal {
+            min_speedup: 0.97,
+            min_of_oracle: None,
+            max_recovery_s: None,
+        },
+    },
+    Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \
                2 vCPUs walk through dedicated, both capped at 50%, asymmetric 2:1, a \

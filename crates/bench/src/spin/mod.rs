@@ -6,7 +6,7 @@
 
 pub mod accuracy;
 pub mod effect;
-mod openmp;
+pub(crate) mod openmp;
 
 use crate::compare::Variant;
 use crate::{BenchError, Harness};

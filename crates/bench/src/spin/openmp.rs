@@ -10,7 +10,7 @@ use crate::BenchError;
 use std::ffi::OsString;
 use std::path::Path;
 
-const SOURCE: CSource = CSource {
+pub(crate) const SOURCE: CSource = CSource {
     name: "omp",
     what: "the OpenMP program",
     text: include_str!("../../c/openmp_wait.c"),

@@ -13,7 +13,7 @@
 mod calibrate;
 mod case;
 mod goals;
-mod program;
+pub(crate) mod program;
 
 pub use calibrate::calibrate;
 pub use case::Case;

@@ -8,7 +8,7 @@ use crate::{BenchError, Harness};
 use serde::Deserialize;
 use std::process::{Command, Output, Stdio};
 
-const SOURCE: CSource = CSource {
+pub(crate) const SOURCE: CSource = CSource {
     name: "syncbench",
     what: "the benchmark program",
     text: include_str!("../../c/syncbench.c"),
