@@ -37,7 +37,7 @@ impl ValueEnum for WorkloadArg {
 WHAT IT RUNS
   Programs nobody here wrote, unmodified, at 1x and 4x as many threads as
   vCPUs, directly (glibc) and under `vsched exec`:
-    xz         xz -T N -3 over generated text (--input-mib)
+    xz         xz -T N -3 --block-size=2MiB over generated text (--input-mib)
     zstd       zstd -T N -12
     pigz       pigz -p N -6
     pbzip2     pbzip2 -p N -9
@@ -83,7 +83,7 @@ pub struct RealBenchArgs {
     rounds: usize,
 
     /// Size of the compressors' input, in MiB
-    #[arg(long, default_value_t = 48)]
+    #[arg(long, default_value_t = 16)]
     input_mib: u64,
 
     /// Write the per-pair ratios as DIR/real-ratios.svg

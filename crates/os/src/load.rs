@@ -31,6 +31,27 @@ pub const RUNTIME_SLACK: u64 = 0;
 /// OpenMP program at 1x ran 3x slower without this slack).
 pub const DETECTOR_SLACK: u64 = 1;
 
+/// The preload runtime's second rule, for yielding: a waiter yields only
+/// when this process itself has more threads awake than vCPUs. Yielding
+/// keeps the waiter runnable so that its hand-off needs no wake-up, and
+/// hands the vCPU to whoever else is runnable; that helps when whoever it
+/// is may be the program's own lock holder or late barrier thread. When the
+/// excess threads belong to other programs, a yield gives one of them the
+/// vCPU for a time slice and delays the waiter's own hand-off by as much,
+/// while a futex sleep is ended at once by the wake-up.
+///
+/// Threads blocked outside the runtime (in `pthread_join`, `read`,
+/// `epoll_wait`) cannot be seen cheaply and count as awake; [`OWN_SLACK`]
+/// allows for the commonest one.
+pub fn own_threads_oversubscribed(own_threads_awake: u64, vcpus: u64) -> bool {
+    own_threads_awake > vcpus + OWN_SLACK
+}
+
+/// One thread: the main thread waiting in `pthread_join` for its workers,
+/// the shape of most parallel programs (measured: a mutex program with one
+/// worker per vCPU still yielded without it).
+pub const OWN_SLACK: u64 = 1;
+
 /// Online vCPUs of the machine (the runnable count is machine-wide, so it
 /// is compared with all of them, not with one process's affinity mask).
 pub fn online_vcpus() -> u64 {
@@ -90,6 +111,73 @@ impl Loadavg {
     }
 }
 
+/// This process's /proc/self/stat, kept open like [`Loadavg`] (and reopened
+/// by the caller after fork: the descriptor names the pid it was opened for).
+#[derive(Debug, Clone, Copy)]
+pub struct SelfStat {
+    fd: libc::c_int,
+}
+
+impl SelfStat {
+    pub fn open() -> std::io::Result<SelfStat> {
+        // SAFETY: a constant NUL-terminated path; flags are plain integers.
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/stat".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SelfStat { fd })
+    }
+
+    pub fn from_raw_fd(fd: libc::c_int) -> SelfStat {
+        SelfStat { fd }
+    }
+
+    pub fn as_raw_fd(&self) -> libc::c_int {
+        self.fd
+    }
+
+    /// The process's thread count now, or None if the read failed.
+    pub fn threads(&self) -> Option<u64> {
+        // 1 KiB: the file is 52 numeric fields after a command name of at
+        // most 16 bytes (about 300-400 bytes).
+        let mut buf = [0u8; 1024];
+        // A raw system call for the reason given in Loadavg::runnable.
+        // SAFETY: `buf` is writable for the length passed; a stale or bad
+        // fd only makes the call fail.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_pread64,
+                self.fd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                0i64,
+            )
+        };
+        if n <= 0 {
+            return None;
+        }
+        parse_num_threads(&buf[..n as usize])
+    }
+}
+
+/// /proc/PID/stat's num_threads: field 20, counted from the pid; the
+/// command name (field 2) is in parentheses and may hold spaces and ')',
+/// so fields are counted after the last ')'.
+pub fn parse_num_threads(text: &[u8]) -> Option<u64> {
+    let close = text.iter().rposition(|b| *b == b')')?;
+    // After ") ": field 3 (state) is the first; num_threads is the 18th.
+    let field = text[close + 1..]
+        .split(|b| *b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(17)?;
+    crate::parse_decimal_u64(field)
+}
+
 /// "0.12 0.34 0.56 3/789 1234" → 3.
 pub fn parse_runnable(text: &[u8]) -> Option<u64> {
     let field = text.split(|b| *b == b' ').nth(3)?;
@@ -111,11 +199,39 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_thread_count_after_any_command_name() {
+        let stat =
+            b"4242 (my prog) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 7 0 123 456 789";
+        assert_eq!(parse_num_threads(stat), Some(7));
+        assert_eq!(parse_num_threads(b"4242 (short) S 1"), None);
+        assert_eq!(parse_num_threads(b"no parenthesis"), None);
+    }
+
+    #[test]
+    fn counts_this_process_threads() {
+        let before = SelfStat::open().unwrap().threads().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        let during = SelfStat::open().unwrap().threads().unwrap();
+        tx.send(()).unwrap();
+        t.join().unwrap().unwrap();
+        // Other tests' threads come and go: only "one more than before at least".
+        assert!(during >= 2 && before >= 1, "{before} then {during}");
+    }
+
+    #[test]
     fn reads_this_machine() {
         let l = Loadavg::open().unwrap();
         // This test thread itself is running.
         assert!(l.runnable().unwrap() >= 1);
         assert!(online_vcpus() >= 1);
+    }
+
+    #[test]
+    fn yielding_needs_our_own_threads_in_excess() {
+        // Two workers and a main thread in pthread_join on two vCPUs.
+        assert!(!own_threads_oversubscribed(3, 2));
+        assert!(own_threads_oversubscribed(4, 2));
     }
 
     #[test]

@@ -48,6 +48,9 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     if !sleepers.is_null() {
         // SAFETY: set by futex_wait below to a live sleeper count.
         unsafe { &*sleepers }.fetch_sub(1, SeqCst);
+        // The sleep ends here, not after the call it unwinds out of.
+        #[cfg(not(loom))]
+        crate::load::sleeping_end();
     }
     // SAFETY: the primitive's own cleanup with its own argument.
     unsafe { (cancel.cleanup)(cancel.arg) };
@@ -90,6 +93,7 @@ impl Cancel {
         {
             let (op, ts) = crate::futex::wait_op(deadline, shared);
             self.sleepers.set(sleepers);
+            crate::load::sleeping_begin();
             // SAFETY: word and ts are valid for the call; self outlives it.
             let rc = unsafe {
                 vsched_futex_wait_cancelable(
@@ -103,6 +107,7 @@ impl Cancel {
                 )
             };
             self.sleepers.set(core::ptr::null());
+            crate::load::sleeping_end();
             if rc == 0 {
                 WaitResult::Woken
             } else {

@@ -41,6 +41,7 @@ pub fn wait(
 ) -> WaitResult {
     let (futex_op, ts_ptr) = wait_op(deadline, shared);
     let saved = errno();
+    crate::load::sleeping_begin();
     // SAFETY: word is a valid, aligned u32 for the duration of the call;
     // ts_ptr is null or points to a live timespec.
     let rc = unsafe {
@@ -54,6 +55,7 @@ pub fn wait(
             BITSET_MATCH_ANY,
         )
     };
+    crate::load::sleeping_end();
     if rc == 0 {
         return WaitResult::Woken;
     }

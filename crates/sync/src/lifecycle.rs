@@ -14,6 +14,7 @@ static CONSTRUCTOR: extern "C" fn() = start;
 
 extern "C" fn start() {
     crate::config::load_from_env();
+    crate::tid::init();
     crate::load::init();
     crate::real::resolve_all();
     // SAFETY: registering plain functions; called once at load time.

@@ -1,35 +1,100 @@
-//! Is this machine oversubscribed, that is, do the vCPUs have more runnable
-//! threads than they can run? The rule and the /proc/loadavg reader are
-//! vsched-os's; this module adds the process-wide cache: the count is
-//! re-read at most once a millisecond, so a waiter pays an atomic load,
-//! not a system call.
+//! What the machine and this process look like to a waiter, cheaply:
+//! - is the machine oversubscribed (more runnable threads than vCPUs)? The
+//!   rule and the /proc/loadavg reader are vsched-os's;
+//! - are this process's own threads more than its vCPUs? Its thread count
+//!   (/proc/self/stat) less the threads asleep in the runtime;
+//! - did a waiter of this process lose time to the host (or the guest)
+//!   a moment ago?
+//!
+//! The counts are re-read at most once a millisecond, by whichever waiter
+//! finds them stale, so a waiter pays an atomic load, not a system call.
 
 use crate::clock::mono_ns;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
-use vsched_os::load::{self, Loadavg};
+use vsched_os::load::{self, Loadavg, SelfStat};
 
 static LOADAVG_FD: AtomicI32 = AtomicI32::new(-1);
+static SELF_STAT_FD: AtomicI32 = AtomicI32::new(-1);
 static ONLINE_VCPUS: AtomicU64 = AtomicU64::new(1);
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(0);
 static REFRESHING: AtomicBool = AtomicBool::new(false);
 static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
+/// The process's threads at the last refresh (1 until read: the yield
+/// rule then never holds, which is glibc's behaviour).
+static THREADS: AtomicU64 = AtomicU64::new(1);
+/// Threads of this process asleep in a futex wait of the runtime now.
+static SLEEPING: AtomicU64 = AtomicU64::new(0);
+/// When a spinning waiter last saw its own clock jump (0: never).
+static LOST_TIME_AT_NS: AtomicU64 = AtomicU64::new(0);
 
 /// 1 ms: the runnable count changes at scheduling events; re-reading it
 /// more often costs a system call per waiter for little news.
 const REFRESH_NS: u64 = 1_000_000;
 
-/// Opens /proc/loadavg once (constructor). Kept open across fork. Where it
+/// After a waiter saw its vCPU lose time, no waiter of the process spins
+/// for this long: 20 ms, a few host time slices. A host that switched a
+/// vCPU off once is likely to do it again soon (vSched measures inactive
+/// episodes of milliseconds that recur every few); spinning meanwhile
+/// would burn the little time the vCPUs get, and a lock holder's vCPU is
+/// as likely to be off as the spinner's.
+pub const LOST_TIME_MEMORY_NS: u64 = 20_000_000;
+
+/// Opens /proc/loadavg and /proc/self/stat once (constructor). Where they
 /// cannot be opened the machine is taken as never oversubscribed (plain
 /// spin-then-sleep waiting, as glibc does).
 pub fn init() {
     ONLINE_VCPUS.store(load::online_vcpus(), Relaxed);
     let fd = Loadavg::open().map_or(-1, |l| l.as_raw_fd());
     LOADAVG_FD.store(fd, Relaxed);
+    let fd = SelfStat::open().map_or(-1, |s| s.as_raw_fd());
+    SELF_STAT_FD.store(fd, Relaxed);
 }
 
 /// True when more threads are runnable than the machine has vCPUs (the
 /// runnable count includes the waiter asking: see `load::RUNTIME_SLACK`).
 pub fn oversubscribed() -> bool {
+    refresh_if_stale();
+    OVERSUBSCRIBED.load(Relaxed)
+}
+
+/// True when this process has more threads that are not asleep in the
+/// runtime than it has vCPUs: a yield may then hand the vCPU to one of its
+/// own threads (see `load::own_threads_oversubscribed` for why the excess
+/// must be ours). Counted at the last refresh, as `oversubscribed`.
+pub fn own_threads_in_excess() -> bool {
+    refresh_if_stale();
+    let awake = THREADS.load(Relaxed).saturating_sub(SLEEPING.load(Relaxed));
+    load::own_threads_oversubscribed(awake, crate::config::VCPUS.load(Relaxed) as u64)
+}
+
+/// A futex sleep of the runtime begins (the thread no longer competes for
+/// a vCPU)...
+pub fn sleeping_begin() {
+    SLEEPING.fetch_add(1, Relaxed);
+}
+
+/// ...and ends (woken, timed out or cancelled).
+pub fn sleeping_end() {
+    SLEEPING.fetch_sub(1, Relaxed);
+}
+
+/// A spinning waiter's clock jumped: its vCPU was switched off or the
+/// thread preempted while it spun.
+pub fn lost_time_at(now_ns: u64) {
+    LOST_TIME_AT_NS.store(now_ns, Relaxed);
+}
+
+/// A waiter of this process lost time less than LOST_TIME_MEMORY_NS ago.
+pub fn lost_time_recently(now_ns: u64) -> bool {
+    within_memory(LOST_TIME_AT_NS.load(Relaxed), now_ns)
+}
+
+/// A loss at `at_ns` (0: none yet) is still remembered at `now_ns`.
+fn within_memory(at_ns: u64, now_ns: u64) -> bool {
+    at_ns != 0 && now_ns.saturating_sub(at_ns) < LOST_TIME_MEMORY_NS
+}
+
+fn refresh_if_stale() {
     let now = mono_ns();
     if now.saturating_sub(CHECKED_AT_NS.load(Relaxed)) >= REFRESH_NS
         && !REFRESHING.swap(true, Acquire)
@@ -40,16 +105,31 @@ pub fn oversubscribed() -> bool {
                 Relaxed,
             );
         }
+        if let Some(threads) = read_threads() {
+            THREADS.store(threads, Relaxed);
+        }
         CHECKED_AT_NS.store(now, Relaxed);
         REFRESHING.store(false, Release);
     }
-    OVERSUBSCRIBED.load(Relaxed)
 }
 
 /// In a child after fork(): a refresh the parent had under way when it
-/// forked would otherwise never end.
+/// forked would otherwise never end; the child has one thread, none
+/// asleep, and its own /proc/self/stat (the inherited descriptor names the
+/// parent).
 pub fn after_fork() {
     REFRESHING.store(false, Relaxed);
+    SLEEPING.store(0, Relaxed);
+    THREADS.store(1, Relaxed);
+    CHECKED_AT_NS.store(0, Relaxed);
+    let old = SELF_STAT_FD.swap(-1, Relaxed);
+    if old >= 0 {
+        // SAFETY: closing the descriptor this module opened; nobody else
+        // uses it (the swap took it out of circulation).
+        unsafe { libc::close(old) };
+    }
+    let fd = SelfStat::open().map_or(-1, |s| s.as_raw_fd());
+    SELF_STAT_FD.store(fd, Relaxed);
 }
 
 fn read_runnable() -> Option<u64> {
@@ -57,14 +137,27 @@ fn read_runnable() -> Option<u64> {
     (fd >= 0).then(|| Loadavg::from_raw_fd(fd).runnable())?
 }
 
+fn read_threads() -> Option<u64> {
+    let fd = SELF_STAT_FD.load(Relaxed);
+    (fd >= 0).then(|| SelfStat::from_raw_fd(fd).threads())?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_this_machine() {
+    fn reads_this_machine_and_process() {
         init();
         // This test thread itself is running.
         assert!(read_runnable().unwrap() >= 1);
+        assert!(read_threads().unwrap() >= 1);
+    }
+
+    #[test]
+    fn lost_time_is_remembered_for_a_while() {
+        assert!(!within_memory(0, 5));
+        assert!(within_memory(1_000, 1_000 + LOST_TIME_MEMORY_NS - 1));
+        assert!(!within_memory(1_000, 1_000 + LOST_TIME_MEMORY_NS));
     }
 }

@@ -16,16 +16,27 @@ pub const CONTENDED: u32 = 2;
 /// A timed lock's deadline, checked only if the lock has to wait (as glibc).
 pub type Timeout = Option<Result<Deadline, BadDeadline>>;
 
+#[inline]
 pub fn try_acquire(word: &AtomicU32) -> bool {
     word.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
         .is_ok()
 }
 
 /// Acquires `word`, or fails with ETIMEDOUT/EINVAL for a timed lock.
+/// The uncontended case is inlined into the exported function (an
+/// uncontended lock and unlock cost 25 ns through two calls against
+/// glibc's 12 ns); the waiting is not.
+#[inline]
 pub fn acquire(word: &AtomicU32, timeout: Timeout, shared: bool) -> Result<(), i32> {
     if try_acquire(word) {
         return Ok(());
     }
+    acquire_contended(word, timeout, shared)
+}
+
+#[cold]
+#[inline(never)]
+fn acquire_contended(word: &AtomicU32, timeout: Timeout, shared: bool) -> Result<(), i32> {
     let deadline = match timeout {
         None => None,
         Some(Ok(d)) => Some(d),
@@ -58,9 +69,16 @@ pub fn acquire(word: &AtomicU32, timeout: Timeout, shared: bool) -> Result<(), i
     }
 }
 
+#[inline]
 pub fn release(word: &AtomicU32, shared: bool) {
     if word.swap(UNLOCKED, Release) == CONTENDED {
-        bump(Counter::wakes);
-        futex_wake(word, 1, shared);
+        wake_one(word, shared);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn wake_one(word: &AtomicU32, shared: bool) {
+    bump(Counter::wakes);
+    futex_wake(word, 1, shared);
 }

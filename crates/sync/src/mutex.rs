@@ -42,10 +42,12 @@ impl RawMutex {
         }
     }
 
+    #[inline]
     pub fn handled_by_glibc(&self) -> bool {
         self.kind.load(Relaxed) & KIND_GLIBC_ONLY != 0
     }
 
+    #[inline]
     fn kind_type(&self) -> i32 {
         self.kind.load(Relaxed) & KIND_TYPE_MASK
     }
@@ -55,10 +57,12 @@ impl RawMutex {
     /// thread id is a thread-local access, which in a preloaded library is
     /// a function call (glibc records the owner of every kind; a debugger
     /// sees 0 for these).
+    #[inline]
     fn tracks_owner(&self) -> bool {
         matches!(self.kind_type(), KIND_RECURSIVE | KIND_ERRORCHECK)
     }
 
+    #[inline]
     pub fn lock(&self, timeout: Timeout) -> i32 {
         if !self.tracks_owner() {
             return match lockword::acquire(&self.lock, timeout, false) {
@@ -82,6 +86,7 @@ impl RawMutex {
         }
     }
 
+    #[inline]
     pub fn trylock(&self) -> i32 {
         if !self.tracks_owner() {
             if !lockword::try_acquire(&self.lock) {
@@ -101,6 +106,7 @@ impl RawMutex {
         0
     }
 
+    #[inline]
     pub fn unlock(&self) -> i32 {
         let kind = self.kind_type();
         if kind == KIND_RECURSIVE || kind == KIND_ERRORCHECK {
@@ -193,6 +199,7 @@ impl RawMutex {
 
     /// glibc's `__nusers` (pthread_mutex_destroy refuses a mutex in use),
     /// updated by the holder only.
+    #[inline]
     fn count_user(&self, delta: i32) {
         let users = self.nusers.load(Relaxed);
         self.nusers.store(users.wrapping_add_signed(delta), Relaxed);

@@ -16,6 +16,7 @@ mod plot;
 mod run;
 mod workload;
 
+pub use input::write_text;
 pub use plot::ratios_svg;
 pub use workload::Workload;
 

@@ -112,10 +112,14 @@ impl Setup {
             })
         };
         match w {
-            Workload::Xz => compressor("xz", &["-T", &n, "-3", "-c"]),
-            Workload::Zstd => compressor("zstd", &["-T", &n, "-12", "-q", "-c"]),
+            // Blocks of 2 MiB, so that the default input gives every
+            // thread of the 4x run a block (xz's default, three times the
+            // dictionary, is 12 MiB at -3).
+            Workload::Xz => compressor("xz", &["-T", &n, "-3", "--block-size=2MiB", "-c"]),
+            // zstd and pbzip2 take their thread count attached to the flag.
+            Workload::Zstd => compressor("zstd", &[&format!("-T{n}"), "-12", "-q", "-c"]),
             Workload::Pigz => compressor("pigz", &["-p", &n, "-6", "-c"]),
-            Workload::Pbzip2 => compressor("pbzip2", &["-p", &n, "-9", "-c"]),
+            Workload::Pbzip2 => compressor("pbzip2", &[&format!("-p{n}"), "-9", "-c"]),
             Workload::Openmp => self.openmp(variant, threads, size),
             Workload::Sqlite => self.sqlite(variant, threads, size),
             Workload::Memcached => self.memcached(variant, threads),
