@@ -68,7 +68,8 @@ NEEDS
 EXAMPLES
   vsched bench real                                  all rows, 5 rounds
   vsched bench real --only mutex --only mutex-busy --rounds 10
-  vsched bench real --rounds 10 --plot docs/img --json > real.json")]
+  vsched bench real --rounds 10 --plot docs/img --json > real.json
+  vsched bench real --control --rounds 10     the noise floor: glibc vs glibc")]
 pub struct RealBenchArgs {
     /// Run only this workload (repeatable)
     #[arg(long, value_enum)]
@@ -86,9 +87,13 @@ pub struct RealBenchArgs {
     #[arg(long, default_value_t = 16)]
     input_mib: u64,
 
-    /// Write the per-pair ratios as DIR/real-ratios.svg
+    /// Write the per-pair ratios as DIR/real-ratios.svg (real-ratios-control.svg with --control)
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+
+    /// A/A control: run glibc on both sides of every pair, to see how far pairs spread when nothing differs
+    #[arg(long)]
+    control: bool,
 
     /// Print JSON instead of a table
     #[arg(long)]
@@ -122,6 +127,7 @@ pub fn run(args: RealBenchArgs, harness: &Harness) -> Result<bool> {
         factors: args.factors.clone(),
         rounds: args.rounds,
         input_mib: args.input_mib,
+        control: args.control,
     };
     let out = vsched_bench::real::run(harness, &config, &mut |line| {
         eprintln!("vsched bench real: {line}")
@@ -134,11 +140,23 @@ pub fn run(args: RealBenchArgs, harness: &Harness) -> Result<bool> {
         );
     }
     if let Some(dir) = &args.plot {
-        let path = dir.join("real-ratios.svg");
-        let title = format!(
-            "vsched exec vs glibc, {} vCPUs, {} pairs per row",
-            out.vcpus, out.rounds
-        );
+        let title = if out.control {
+            format!(
+                "A/A control: glibc vs glibc, {} vCPUs, {} pairs per row",
+                out.vcpus, out.rounds
+            )
+        } else {
+            format!(
+                "vsched exec vs glibc, {} vCPUs, {} pairs per row",
+                out.vcpus, out.rounds
+            )
+        };
+        let file = if out.control {
+            "real-ratios-control.svg"
+        } else {
+            "real-ratios.svg"
+        };
+        let path = dir.join(file);
         vsched_bench::real::ratios_svg(&out.rows, &title, &path)
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("vsched bench real: wrote {}", path.display());
@@ -149,8 +167,15 @@ pub fn run(args: RealBenchArgs, harness: &Harness) -> Result<bool> {
 
 fn print_table(b: &RealBench) {
     println!(
-        "vsched bench real ({} vCPUs, {} pairs per row, input {} MiB)",
-        b.vcpus, b.rounds, b.input_mib
+        "vsched bench real ({} vCPUs, {} pairs per row, input {} MiB){}",
+        b.vcpus,
+        b.rounds,
+        b.input_mib,
+        if b.control {
+            ": A/A CONTROL, glibc on both sides"
+        } else {
+            ""
+        }
     );
     println!(
         "\n  {:<11} {:>2} {:>7} {:>12} {:>12} {:>7} {:>13} {:>6} {:>6}  verdict",

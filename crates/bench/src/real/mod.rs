@@ -44,6 +44,9 @@ pub struct RealConfig {
     pub rounds: usize,
     /// Size of the compressors' input.
     pub input_mib: u64,
+    /// A/A control: glibc on both sides of every pair, so that the ratios
+    /// show how far pairs spread when nothing differs (the noise floor).
+    pub control: bool,
 }
 
 /// One row's pairs and verdict.
@@ -83,6 +86,8 @@ pub struct RealBench {
     pub vcpus: usize,
     pub rounds: usize,
     pub input_mib: u64,
+    /// Both sides ran glibc (RealConfig::control).
+    pub control: bool,
     pub rows: Vec<Row>,
     pub skipped: Vec<Skipped>,
     /// Every row met its goal with identical output.
@@ -136,7 +141,7 @@ pub fn run(
     for round in 0..config.rounds {
         for row in rows.iter_mut() {
             h.interrupt.check()?;
-            run_pair(&setup, row, round)?;
+            run_pair(&setup, row, round, config.control)?;
             let (g, v) = (row.glibc[round], row.vsched[round]);
             progress(&format!(
                 "round {}/{}: {} {}x: glibc {g:.3}, vsched {v:.3} ({:.2}x)",
@@ -154,6 +159,7 @@ pub fn run(
         vcpus: h.vcpus,
         rounds: config.rounds,
         input_mib: config.input_mib,
+        control: config.control,
         all_met: rows.iter().all(|r| r.met),
         rows,
         skipped,
@@ -196,7 +202,12 @@ fn size_for(setup: &Setup, h: &Harness, w: Workload, threads: usize) -> Result<u
 
 /// One pair of runs of `row`, glibc first in even rounds and vsched first
 /// in odd ones (a drift within the pair then favours neither).
-fn run_pair(setup: &Setup, row: &mut Pending, round: usize) -> Result<(), BenchError> {
+fn run_pair(
+    setup: &Setup,
+    row: &mut Pending,
+    round: usize,
+    control: bool,
+) -> Result<(), BenchError> {
     let order = if round % 2 == 0 {
         [Variant::Baseline, Variant::Vsched]
     } else {
@@ -204,7 +215,8 @@ fn run_pair(setup: &Setup, row: &mut Pending, round: usize) -> Result<(), BenchE
     };
     let busy = busy_host(row.workload)?;
     for variant in order {
-        let outcome = setup.run(row.workload, variant, row.threads, row.size)?;
+        let runs_as = if control { Variant::Baseline } else { variant };
+        let outcome = setup.run(row.workload, runs_as, row.threads, row.size)?;
         match &row.reference {
             None => row.reference = Some(outcome.fingerprint),
             Some(reference) => {
