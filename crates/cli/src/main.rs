@@ -4,6 +4,7 @@ mod bench_cmd;
 mod bench_real;
 mod bench_sched;
 mod bench_sync;
+mod daemon_cmd;
 mod exec_cmd;
 mod lab_cmd;
 mod probe_cmd;
@@ -48,6 +49,8 @@ enum Command {
     Exec(exec_cmd::ExecArgs),
     /// Load vsched's sched_ext scheduler (places tasks by the measured vCPU model)
     Sched(sched_cmd::SchedArgs),
+    /// Keep probing and serve the vCPU model as Prometheus metrics on loopback
+    Daemon(daemon_cmd::DaemonArgs),
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::Exec(args) => return program_exit(exec_cmd::run(args)),
+        Command::Daemon(args) => daemon_cmd::run(args),
         Command::Sched(args) => return program_exit(sched_cmd::run(args)),
         Command::Run(args) => {
             return match spin_cmd::run(args) {

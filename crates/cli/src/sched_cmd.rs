@@ -11,12 +11,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use vsched_model::report::ProbeReport;
-use vsched_model::EpisodeFilter;
-use vsched_probe::plan::{self, WatchSchedule, Windows};
-use vsched_probe::session::{ProbeOptions, Session};
-use vsched_probe::vcap::SampleConfig;
-use vsched_probe::vtop::VtopConfig;
 use vsched_sched::{model, preflight, Scheduler, Stats, Tunables};
 
 #[derive(clap::Args, Debug)]
@@ -176,7 +170,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             let interval = args.probe_interval;
             std::thread::Builder::new()
                 .name("vsched-probe".into())
-                .spawn(move || feed_reports(interval, reports_tx))
+                .spawn(move || vsched_probe::watch::feed_reports(interval, reports_tx))
         })
         .transpose()
         .context("starting the probers")?;
@@ -361,48 +355,6 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1)
-}
-
-/// The probers' loop (its own thread): one step per `interval`, each report
-/// sent to the scheduler; ends when the receiver is gone.
-fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
-    let cpus = vsched_probe::sys::online_cpus().unwrap_or_else(|_| vec![0]);
-    let windows = Windows::choose(None, None, Some(interval)).unwrap_or(Windows {
-        light: Duration::from_millis(100),
-        heavy: Duration::from_millis(10),
-    });
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let mut session = Session::new(ProbeOptions {
-        cpus,
-        capacity: true,
-        activity: true,
-        topology: true,
-        sample: SampleConfig {
-            light_ns: ns(windows.light),
-            heavy_ns: ns(windows.heavy),
-            ..SampleConfig::default()
-        },
-        filter: EpisodeFilter::default(),
-        vtop: VtopConfig::default(),
-        straggler_ratio: plan::STRAGGLER_RATIO,
-        ema_half_life_s: plan::EMA_HALF_LIFE.as_secs_f64(),
-    });
-    // The same rhythm as `vsched probe --watch`'s defaults.
-    let mut schedule = WatchSchedule::new(
-        plan::WATCH_HEAVY_EVERY,
-        plan::WATCH_TOPOLOGY_EVERY,
-        Instant::now(),
-    );
-    let mut step = plan::first_step(false);
-    loop {
-        let began = Instant::now();
-        let report = session.step(step, None);
-        if reports.send(report).is_err() {
-            return;
-        }
-        std::thread::sleep(interval.saturating_sub(began.elapsed()));
-        step = schedule.next(Instant::now());
-    }
 }
 
 fn print_line(delta: &Stats, since_start: Duration, model_updates: u64) {

@@ -14,3 +14,4 @@ pub mod sys;
 pub mod vcap;
 pub mod vtop;
 pub mod wake;
+pub mod watch;

@@ -1,0 +1,109 @@
+//! `vsched daemon` end to end: it serves every online vCPU's model as
+//! Prometheus metrics on loopback, refuses a second daemon on the same
+//! address and bad options, and stops cleanly on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
+/// The first model needs a light and a heavy window and the topology
+/// probe: seconds; this leaves room for a slow, busy machine.
+const FIRST_MODEL_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn serves_every_vcpu_refuses_a_second_daemon_and_stops_on_sigterm() {
+    let _guard = common::serial();
+    let mut daemon = Command::new(VSCHED)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--interval", "500ms"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(daemon.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+
+    let cpus = vsched_probe::sys::online_cpus().unwrap();
+    let started = Instant::now();
+    let text = loop {
+        let reply = scrape(&addr);
+        assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+        if cpus
+            .iter()
+            .all(|c| reply.contains(&format!("vsched_vcpu_capacity{{vcpu=\"{c}\"}}")))
+        {
+            break reply;
+        }
+        assert!(
+            started.elapsed() < FIRST_MODEL_TIMEOUT,
+            "no capacity for every vCPU {cpus:?} after {FIRST_MODEL_TIMEOUT:?}:\n{reply}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    for c in &cpus {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("vsched_vcpu_available_ratio{{vcpu=\"{c}\"}}")))
+            .unwrap_or_else(|| panic!("no availability of vCPU {c}:\n{text}"));
+        let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((0.0..=1.0).contains(&v), "a ratio: {line}");
+    }
+    assert!(
+        text.contains("# TYPE vsched_model_updates counter"),
+        "{text}"
+    );
+
+    let second = Command::new(VSCHED)
+        .args(["daemon", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{second:?}");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another vsched daemon"),
+        "{second:?}"
+    );
+
+    // SAFETY: kill with the pid of a child not yet reaped.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let status = daemon.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(rest.contains("stopped"), "{rest}");
+    assert!(TcpStream::connect(&addr).is_err(), "the port is released");
+}
+
+#[test]
+fn refuses_a_bad_address_and_interval() {
+    for bad in [
+        &["--listen", "nonsense"][..],
+        &["--interval", "0s"],
+        &["--interval", "-1s"],
+    ] {
+        let out = Command::new(VSCHED)
+            .arg("daemon")
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(!out.stderr.is_empty(), "{bad:?} says why");
+    }
+}

@@ -1,0 +1,257 @@
+//! The vCPU model as Prometheus metrics. Every family is declared once in
+//! `VCPU_GAUGES` (name, help, how to read it from a vCPU's report), so the
+//! names, units and help text live in one place; docs/daemon.md lists
+//! them. Names follow Prometheus' conventions: a `vsched_` prefix, base
+//! units (`_seconds`, `_ratio` for 0-1 shares), `_total` for counters.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use vsched_model::report::{Overhead, VcpuReport};
+
+/// A float gauge (the default Gauge holds i64).
+type FloatGauge = Gauge<f64, AtomicU64>;
+/// One label, the vCPU's number.
+type VcpuLabel = Vec<(&'static str, String)>;
+
+/// A per-vCPU gauge: its name (without the `vsched_` prefix the registry
+/// adds), help text, and its value in a report (None: not measured, the
+/// series is left out rather than reported as 0).
+struct VcpuGauge {
+    name: &'static str,
+    help: &'static str,
+    read: fn(&VcpuReport) -> Option<f64>,
+}
+
+const PCT: f64 = 100.0;
+const US_PER_S: f64 = 1e6;
+
+const VCPU_GAUGES: &[VcpuGauge] = &[
+    VcpuGauge {
+        name: "vcpu_capacity",
+        help: "Measured capacity of the vCPU, 1024 = the strongest vCPU of the VM",
+        read: |v| v.capacity.map(f64::from),
+    },
+    VcpuGauge {
+        name: "vcpu_available_ratio",
+        help: "Share of time the vCPU can run (not switched off by the host), 0-1",
+        read: |v| v.available_pct.map(|p| p / PCT),
+    },
+    VcpuGauge {
+        name: "vcpu_steal_ratio",
+        help: "Share of time the hypervisor reported as stolen (/proc/stat steal), 0-1",
+        read: |v| v.steal_pct.map(|p| p / PCT),
+    },
+    VcpuGauge {
+        name: "vcpu_hidden_steal_ratio",
+        help: "Share of time lost to the host that steal accounting did not report, 0-1",
+        read: |v| v.hidden_steal_pct.map(|p| p / PCT),
+    },
+    VcpuGauge {
+        name: "vcpu_inactive_episode_mean_seconds",
+        help: "Mean length of the vCPU's inactive episodes (switched off by the host)",
+        read: |v| v.episodes.as_ref().map(|e| e.mean_us / US_PER_S),
+    },
+    VcpuGauge {
+        name: "vcpu_inactive_episode_p95_seconds",
+        help: "95th percentile of the vCPU's inactive-episode lengths",
+        read: |v| v.episodes.as_ref().map(|e| e.p95_us / US_PER_S),
+    },
+    VcpuGauge {
+        name: "vcpu_stacked",
+        help: "1 if the vCPU shares a physical CPU with another vCPU of this VM",
+        read: |v| Some(f64::from(u8::from(v.stacked))),
+    },
+    VcpuGauge {
+        name: "vcpu_straggler",
+        help: "1 if the vCPU is far weaker than the others (a straggler)",
+        read: |v| Some(f64::from(u8::from(v.straggler))),
+    },
+];
+
+/// The metrics, updated from every report, and their registry.
+pub struct Metrics {
+    registry: Registry,
+    vcpu: Vec<Family<VcpuLabel, FloatGauge>>,
+    updates: Counter,
+    probe_cpu: FloatGauge,
+    probe_idle_cpu: FloatGauge,
+    last_update: FloatGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("vsched");
+        let vcpu = VCPU_GAUGES
+            .iter()
+            .map(|g| {
+                let family = Family::<VcpuLabel, FloatGauge>::default();
+                registry.register(g.name, g.help, family.clone());
+                family
+            })
+            .collect();
+        let updates = Counter::default();
+        registry.register(
+            "model_updates",
+            "Probe reports the daemon has taken into its model",
+            updates.clone(),
+        );
+        let probe_cpu = FloatGauge::default();
+        registry.register(
+            "probe_cpu_ratio",
+            "CPU the probers took from programs (heavy windows, bookkeeping), as a share of one vCPU",
+            probe_cpu.clone(),
+        );
+        let probe_idle_cpu = FloatGauge::default();
+        registry.register(
+            "probe_idle_cpu_ratio",
+            "CPU the light probers spun on otherwise idle cycles (SCHED_IDLE, yielding to any program), as a share of one vCPU",
+            probe_idle_cpu.clone(),
+        );
+        let last_update = FloatGauge::default();
+        registry.register(
+            "model_update_timestamp_seconds",
+            "Unix time of the last probe report",
+            last_update.clone(),
+        );
+        Metrics {
+            registry,
+            vcpu,
+            updates,
+            probe_cpu,
+            probe_idle_cpu,
+            last_update,
+        }
+    }
+
+    /// Takes in one probe report's per-vCPU rows and the probers' cost.
+    pub fn update(&self, vcpus: &[VcpuReport], overhead: Option<&Overhead>, unix_time_ms: u64) {
+        for (family, gauge) in self.vcpu.iter().zip(VCPU_GAUGES) {
+            for v in vcpus {
+                let label = vec![("vcpu", v.cpu.to_string())];
+                match (gauge.read)(v) {
+                    Some(value) => {
+                        family.get_or_create(&label).set(value);
+                    }
+                    None => {
+                        family.remove(&label);
+                    }
+                }
+            }
+        }
+        if let Some(o) = overhead {
+            self.probe_cpu
+                .set(o.heavy_and_bookkeeping_pct_of_one_vcpu / PCT);
+            self.probe_idle_cpu.set(o.light_pct_of_one_vcpu / PCT);
+        }
+        self.last_update.set(unix_time_ms as f64 / 1e3);
+        self.updates.inc();
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vsched_model::timeline::EpisodeStats;
+
+    fn vcpu(cpu: u32, capacity: Option<u32>, available: f64, straggler: bool) -> VcpuReport {
+        VcpuReport {
+            cpu,
+            capacity,
+            available_pct: Some(available),
+            steal_pct: Some(1.0),
+            hidden_steal_pct: Some(2.0),
+            preempted_pct: None,
+            speed_units_per_us: None,
+            episodes: Some(EpisodeStats {
+                count: 10,
+                mean_us: 1500.0,
+                p50_us: 1400.0,
+                p95_us: 3000.0,
+                max_us: 4000.0,
+            }),
+            stacked_with: vec![],
+            smt_siblings: vec![],
+            llc_group: None,
+            socket_group: None,
+            straggler,
+            stacked: false,
+        }
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    }
+
+    #[test]
+    fn every_vcpu_gets_its_series_in_base_units() {
+        let m = Metrics::new();
+        m.update(
+            &[
+                vcpu(0, Some(1024), 97.0, false),
+                vcpu(1, Some(100), 12.5, true),
+            ],
+            Some(&Overhead {
+                elapsed_s: 10.0,
+                light_pct_of_one_vcpu: 0.5,
+                heavy_and_bookkeeping_pct_of_one_vcpu: 0.25,
+            }),
+            1_700_000_000_000,
+        );
+        let text = m.render();
+        assert_eq!(
+            value(&text, "vsched_vcpu_capacity{vcpu=\"1\"}"),
+            Some(100.0)
+        );
+        assert_eq!(
+            value(&text, "vsched_vcpu_available_ratio{vcpu=\"1\"}"),
+            Some(0.125)
+        );
+        assert_eq!(value(&text, "vsched_vcpu_straggler{vcpu=\"1\"}"), Some(1.0));
+        assert_eq!(value(&text, "vsched_vcpu_straggler{vcpu=\"0\"}"), Some(0.0));
+        assert_eq!(
+            value(
+                &text,
+                "vsched_vcpu_inactive_episode_mean_seconds{vcpu=\"0\"}"
+            ),
+            Some(0.0015)
+        );
+        assert_eq!(value(&text, "vsched_probe_cpu_ratio"), Some(0.0025));
+        assert_eq!(value(&text, "vsched_probe_idle_cpu_ratio"), Some(0.005));
+        assert_eq!(value(&text, "vsched_model_updates_total"), Some(1.0));
+        for g in VCPU_GAUGES {
+            assert!(
+                text.contains(&format!("# HELP vsched_{} ", g.name)),
+                "{}",
+                g.name
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_value_no_longer_measured_disappears_rather_than_reading_zero() {
+        let m = Metrics::new();
+        m.update(&[vcpu(0, Some(1024), 97.0, false)], None, 0);
+        m.update(&[vcpu(0, None, 97.0, false)], None, 0);
+        assert_eq!(value(&m.render(), "vsched_vcpu_capacity{vcpu=\"0\"}"), None);
+    }
+}
