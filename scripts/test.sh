@@ -17,6 +17,8 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
 for p in xz:xz-utils zstd:zstd pigz:pigz pbzip2:pbzip2 sqlite3:sqlite3; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need_apt+=("${p#*:}")
 done
+# A real Prometheus scrapes `vsched daemon` (crates/cli/tests/daemon.rs).
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 lab_kernel="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/vsched/lab/vmlinuz"
 if [ ${#need_apt[@]} -gt 0 ] || [ ! -f "$lab_kernel" ]; then
   # Package lists are needed to install, and for the lab to fetch its guest

@@ -107,3 +107,110 @@ fn refuses_a_bad_address_and_interval() {
         assert!(!out.stderr.is_empty(), "{bad:?} says why");
     }
 }
+
+/// Prometheus's HTTP API (HTTP/1.0, so that the answer is not chunked):
+/// the JSON body of `GET path`.
+fn prometheus_api(addr: &str, path: &str) -> Option<serde_json::Value> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).ok()?;
+    serde_json::from_str(reply.split("\r\n\r\n").nth(1)?).ok()
+}
+
+/// A free loopback port (the kernel's pick, released for the child).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills and reaps a child on drop, so a failing assertion leaves no
+/// Prometheus or daemon behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Debian's Prometheus (scripts/test.sh installs it) scrapes the daemon on
+/// loopback every second, and its query API returns vsched_vcpu_capacity
+/// for every online vCPU: the metrics work with the real consumer, not
+/// only with this test's parser.
+#[test]
+fn a_real_prometheus_scrapes_every_vcpu() {
+    let _guard = common::serial();
+    assert!(
+        Command::new("prometheus")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "prometheus is not installed: scripts/test.sh installs it (apt-get install prometheus)"
+    );
+    let dir = std::env::temp_dir().join(format!("vsched-prometheus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let daemon_addr = format!("127.0.0.1:{}", free_port());
+    let _daemon = Reaped(
+        Command::new(VSCHED)
+            .args(["daemon", "--listen", &daemon_addr, "--interval", "500ms"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: vsched\n    \
+             static_configs:\n      - targets: ['{daemon_addr}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let _prometheus = Reaped(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cpus = vsched_probe::sys::online_cpus().unwrap();
+    let started = Instant::now();
+    let found = loop {
+        let answer = prometheus_api(&prom_addr, "/api/v1/query?query=vsched_vcpu_capacity");
+        let vcpus: Vec<u32> = answer
+            .as_ref()
+            .and_then(|a| a["data"]["result"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r["metric"]["vcpu"].as_str()?.parse().ok())
+            .collect();
+        if cpus.iter().all(|c| vcpus.contains(c)) {
+            break answer.unwrap();
+        }
+        assert!(
+            started.elapsed() < FIRST_MODEL_TIMEOUT,
+            "Prometheus has no capacity for every vCPU {cpus:?} after {FIRST_MODEL_TIMEOUT:?}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for r in found["data"]["result"].as_array().unwrap() {
+        let v: f64 = r["value"][1].as_str().unwrap().parse().unwrap();
+        assert!(v > 0.0 && v <= 1024.0, "a capacity: {r}");
+        assert_eq!(r["metric"]["job"], "vsched", "{r}");
+    }
+    drop(_prometheus);
+    let _ = std::fs::remove_dir_all(&dir);
+}
