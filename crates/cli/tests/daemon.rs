@@ -214,3 +214,139 @@ fn a_real_prometheus_scrapes_every_vcpu() {
     drop(_prometheus);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The value of `series` in a scrape, if present.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A SCHED_FIFO neighbour takes the last vCPU 3 ms of every 10: the
+/// daemon's scraped availability of that vCPU settles within the probe
+/// tests' 20% of the truth (0.7), two scrapes in a row, while the others
+/// stay clearly higher.
+#[test]
+fn scraped_availability_follows_a_noisy_neighbour() {
+    let _guard = common::serial();
+    const TRUTH: f64 = 0.7;
+    const TOLERANCE: f64 = 0.2;
+    /// The EMA needs a few updates after the first model: well under this.
+    const SETTLE: Duration = Duration::from_secs(30);
+    let cpus = common::online_cpus();
+    assert!(cpus.len() >= 2, "needs two vCPUs");
+    let busy = *cpus.last().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _daemon = Reaped(
+        Command::new(VSCHED)
+            .args(["daemon", "--listen", &addr, "--interval", "500ms"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let neighbour = common::NoisyNeighbour::start(
+        busy,
+        Duration::from_millis(3),
+        Duration::from_millis(10),
+        SETTLE + Duration::from_secs(10),
+    );
+    let started = Instant::now();
+    let mut in_a_row = 0;
+    let mut last = String::new();
+    while in_a_row < 2 {
+        assert!(
+            started.elapsed() < SETTLE,
+            "vCPU {busy}'s scraped availability never settled within {TOLERANCE} of {TRUTH}:\n{last}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        last = match TcpStream::connect(&addr) {
+            Ok(_) => scrape(&addr),
+            Err(_) => continue,
+        };
+        let busy_avail = series_value(
+            &last,
+            &format!("vsched_vcpu_available_ratio{{vcpu=\"{busy}\"}}"),
+        );
+        in_a_row = match busy_avail {
+            Some(a) if (a - TRUTH).abs() <= TOLERANCE * TRUTH => in_a_row + 1,
+            _ => 0,
+        };
+    }
+    neighbour
+        .stop()
+        .expect("the neighbour could not run as asked");
+    let busy_avail = series_value(
+        &last,
+        &format!("vsched_vcpu_available_ratio{{vcpu=\"{busy}\"}}"),
+    )
+    .unwrap();
+    for c in cpus.iter().filter(|&&c| c != busy) {
+        let a = series_value(
+            &last,
+            &format!("vsched_vcpu_available_ratio{{vcpu=\"{c}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no availability of vCPU {c}:\n{last}"));
+        assert!(
+            a > busy_avail + 0.1,
+            "vCPU {c} ({a}) reads clearly more available than the neighbour's ({busy_avail}):\n{last}"
+        );
+    }
+}
+
+/// The alerting rules shipped in deploy/prometheus are valid for
+/// Prometheus and fire as their unit tests say (promtool, from Debian's
+/// prometheus package).
+#[test]
+fn alerting_rules_pass_promtool() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    for args in [
+        &["check", "rules", "vsched-alerts.yml"][..],
+        &["test", "rules", "vsched-alerts.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool is not installed: scripts/test.sh installs it (apt-get install prometheus)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The shipped systemd unit passes `systemd-analyze verify` without a
+/// single warning (it exits 0 even for ignored bad settings, so silence
+/// is the check), with ExecStart pointed at the binary under test.
+#[test]
+fn the_systemd_unit_verifies_cleanly() {
+    let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
+        common::skip(
+            "the_systemd_unit_verifies_cleanly",
+            "systemd-analyze is not installed (apt-get install systemd)",
+        );
+        return;
+    };
+    assert!(version.status.success());
+    let unit = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/systemd/vsched.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(text.contains("ExecStart=/usr/bin/vsched daemon"), "{text}");
+    let dir = std::env::temp_dir().join(format!("vsched-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("vsched.service");
+    std::fs::write(&copy, text.replace("/usr/bin/vsched", VSCHED)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
