@@ -6,9 +6,12 @@ use crate::probe_cmd::parse_duration;
 use crate::signals;
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
 use vsched_daemon::Metrics;
+use vsched_model::report::ProbeReport;
 
 /// The port: unassigned by IANA and not in Prometheus' exporter list's
 /// common range of 9100-9400, so it does not collide with node_exporter
@@ -25,8 +28,12 @@ WHAT IT DOES
   probers pin and prioritise only their own threads, so there is nothing
   to restore when it stops.
 
-  This is the first part of the daemon: user-space RWC, `vsched status`,
-  plots and packaging are not built yet (docs/daemon.md).
+  `vsched status` reads the current model from the daemon's root-only
+  socket (--socket). One daemon per socket: a second is refused; a socket
+  left by a killed daemon is replaced.
+
+  This is the first part of the daemon: user-space RWC, plots and
+  packaging are not built yet (docs/daemon.md).
 
 METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_capacity                      1024 = the strongest vCPU
@@ -51,6 +58,21 @@ pub struct DaemonArgs {
     /// Time between model updates
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
+
+    /// The status socket `vsched status` reads (root only; one daemon per socket)
+    #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
+    socket: PathBuf,
+}
+
+/// What `vsched status` gets: the daemon's identity and its last report.
+#[derive(serde::Serialize)]
+struct Status<'a> {
+    schema: &'static str,
+    pid: u32,
+    started_unix_s: u64,
+    metrics_url: String,
+    model_updates: u64,
+    report: Option<&'a ProbeReport>,
 }
 
 pub fn run(args: DaemonArgs) -> Result<bool> {
@@ -60,6 +82,9 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             args.listen
         );
     }
+    let status_socket = Arc::new(
+        StatusSocket::bind(&args.socket).context("setting up the status socket (see --socket)")?,
+    );
     let listener = TcpListener::bind(args.listen).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (is another vsched daemon running? choose another address with --listen)"
@@ -78,6 +103,31 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             .spawn(move || vsched_daemon::serve(&listener, &|| metrics.render()))
             .context("starting the metrics server")?;
     }
+    let latest: Arc<Mutex<(u64, Option<ProbeReport>)>> = Arc::new(Mutex::new((0, None)));
+    {
+        let (latest, socket) = (Arc::clone(&latest), Arc::clone(&status_socket));
+        let started_unix_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let metrics_url = format!("http://{bound}/metrics");
+        std::thread::Builder::new()
+            .name("status".into())
+            .spawn(move || {
+                socket.serve(&|| {
+                    let guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+                    let status = Status {
+                        schema: "vsched.daemon-status/v1",
+                        pid: std::process::id(),
+                        started_unix_s,
+                        metrics_url: metrics_url.clone(),
+                        model_updates: guard.0,
+                        report: guard.1.as_ref(),
+                    };
+                    serde_json::to_string(&status).unwrap_or_default()
+                })
+            })
+            .context("starting the status socket")?;
+    }
     let (reports_tx, reports) = mpsc::channel();
     let interval = args.interval;
     std::thread::Builder::new()
@@ -87,13 +137,21 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     while !signals::stopped() {
         match reports.recv_timeout(Duration::from_millis(100)) {
-            Ok(r) => metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms),
+            Ok(r) => {
+                metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
+                let mut guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+                guard.0 += 1;
+                guard.1 = Some(r);
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 anyhow::bail!("the probers stopped")
             }
         }
     }
+    // The socket file goes with the last reference (the status thread's
+    // stays blocked in accept until the process exits): remove it now.
+    let _ = std::fs::remove_file(&args.socket);
     eprintln!("vsched daemon: stopped");
     Ok(true)
 }

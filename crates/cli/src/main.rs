@@ -13,6 +13,7 @@ mod render;
 mod sched_cmd;
 mod signals;
 mod spin_cmd;
+mod status_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -51,6 +52,8 @@ enum Command {
     Sched(sched_cmd::SchedArgs),
     /// Keep probing and serve the vCPU model as Prometheus metrics on loopback
     Daemon(daemon_cmd::DaemonArgs),
+    /// The running daemon's vCPU model (from its status socket)
+    Status(status_cmd::StatusArgs),
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::SpinWatchdog => spin_cmd::watchdog(),
         Command::Exec(args) => return program_exit(exec_cmd::run(args)),
         Command::Daemon(args) => daemon_cmd::run(args),
+        Command::Status(args) => status_cmd::run(args),
         Command::Sched(args) => return program_exit(sched_cmd::run(args)),
         Command::Run(args) => {
             return match spin_cmd::run(args) {

@@ -14,6 +14,13 @@ const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 /// probe: seconds; this leaves room for a slow, busy machine.
 const FIRST_MODEL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A status socket of the test's own (never the real daemon's /run path).
+fn socket(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("vsched-daemon-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{name}.sock")).display().to_string()
+}
+
 fn scrape(addr: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
@@ -28,6 +35,7 @@ fn serves_every_vcpu_refuses_a_second_daemon_and_stops_on_sigterm() {
     let _guard = common::serial();
     let mut daemon = Command::new(VSCHED)
         .args(["daemon", "--listen", "127.0.0.1:0", "--interval", "500ms"])
+        .args(["--socket", &socket("first")])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -72,7 +80,7 @@ fn serves_every_vcpu_refuses_a_second_daemon_and_stops_on_sigterm() {
     );
 
     let second = Command::new(VSCHED)
-        .args(["daemon", "--listen", &addr])
+        .args(["daemon", "--listen", &addr, "--socket", &socket("second")])
         .output()
         .unwrap();
     assert_eq!(second.status.code(), Some(2), "{second:?}");
@@ -159,6 +167,7 @@ fn a_real_prometheus_scrapes_every_vcpu() {
     let _daemon = Reaped(
         Command::new(VSCHED)
             .args(["daemon", "--listen", &daemon_addr, "--interval", "500ms"])
+            .args(["--socket", &socket("prometheus")])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
@@ -239,6 +248,7 @@ fn scraped_availability_follows_a_noisy_neighbour() {
     let _daemon = Reaped(
         Command::new(VSCHED)
             .args(["daemon", "--listen", &addr, "--interval", "500ms"])
+            .args(["--socket", &socket("neighbour")])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
@@ -349,4 +359,94 @@ fn the_systemd_unit_verifies_cleanly() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
+
+fn status(sock: &str, json: bool) -> std::process::Output {
+    let mut cmd = Command::new(VSCHED);
+    cmd.args(["status", "--socket", sock]);
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().unwrap()
+}
+
+/// `vsched status` reads the daemon's model from its socket; with no
+/// daemon it says so; a second daemon on the socket is refused; the
+/// socket a SIGKILLed daemon leaves is replaced by the next one, and a
+/// stopped daemon removes it.
+#[test]
+fn status_reads_the_model_and_the_socket_survives_a_kill() {
+    let _guard = common::serial();
+    let sock = socket("status");
+    let none = status(&sock, false);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no vsched daemon is running"),
+        "{none:?}"
+    );
+    let start = || {
+        Command::new(VSCHED)
+            .args(["daemon", "--listen", "127.0.0.1:0", "--interval", "500ms"])
+            .args(["--socket", &sock])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let model = |sock: &str| -> serde_json::Value {
+        let started = Instant::now();
+        loop {
+            let out = status(sock, true);
+            if out.status.success() {
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                if v["model_updates"].as_u64().unwrap_or(0) > 0 {
+                    return v;
+                }
+            }
+            assert!(started.elapsed() < FIRST_MODEL_TIMEOUT, "no model: {out:?}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    let mut first = start();
+    let v = model(&sock);
+    assert_eq!(v["schema"], "vsched.daemon-status/v1");
+    assert_eq!(v["pid"].as_u64(), Some(u64::from(first.id())));
+    let cpus = common::online_cpus();
+    assert_eq!(
+        v["report"]["vcpus"].as_array().unwrap().len(),
+        cpus.len(),
+        "{v}"
+    );
+    let table = status(&sock, false);
+    assert!(table.status.success());
+    assert!(String::from_utf8_lossy(&table.stdout).contains("capacity"));
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "root only");
+
+    let second = Command::new(VSCHED)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--socket", &sock])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{second:?}");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("already running"),
+        "{second:?}"
+    );
+
+    first.kill().unwrap(); // SIGKILL: no clean-up ran
+    first.wait().unwrap();
+    assert!(
+        std::path::Path::new(&sock).exists(),
+        "SIGKILL leaves the socket"
+    );
+    let mut next = start();
+    let v = model(&sock);
+    assert_eq!(v["pid"].as_u64(), Some(u64::from(next.id())));
+    // SAFETY: kill with the pid of a child not yet reaped.
+    unsafe { libc::kill(next.id() as i32, libc::SIGTERM) };
+    assert!(next.wait().unwrap().success());
+    assert!(
+        !std::path::Path::new(&sock).exists(),
+        "a stopped daemon removes its socket"
+    );
 }

@@ -4,13 +4,15 @@
 //!
 //! - `metrics`: the vCPU model as Prometheus metrics (names, units and
 //!   help text declared once, as data), updated from each probe report;
-//! - `serve`: the loopback HTTP endpoint that answers `GET /metrics`.
+//! - `serve`: the loopback HTTP endpoint that answers `GET /metrics`;
+//! - `status`: the root-only Unix socket `vsched status` reads.
 //!
-//! First slice of issue 17: metrics only. User-space RWC, `vsched status`,
-//! packaging and plots are not built yet (docs/daemon.md).
+//! First part of issue 17: metrics and status. User-space RWC, packaging
+//! and plots are not built yet (docs/daemon.md).
 
 pub mod metrics;
 pub mod serve;
+pub mod status;
 
 pub use metrics::Metrics;
 pub use serve::{serve, ServeError};

@@ -1,0 +1,83 @@
+//! `vsched status`: the running daemon's model, from its status socket.
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use vsched_daemon::status::{fetch, DEFAULT_SOCKET};
+
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+Reads the model `vsched daemon` keeps (its last probe report) from the
+daemon's root-only socket and prints it as a table, or as JSON with --json
+(schema vsched.daemon-status/v1: pid, start time, metrics URL, number of
+model updates, and the report as `vsched probe --json` prints it). Says so
+and exits 2 when no daemon runs.
+
+EXAMPLES
+  sudo vsched status
+  sudo vsched status --json | jq '.report.vcpus[] | {cpu, available_pct}'")]
+pub struct StatusArgs {
+    /// The daemon's status socket
+    #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
+    socket: PathBuf,
+
+    /// Print the daemon's JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: StatusArgs) -> Result<bool> {
+    let text = fetch(&args.socket)?;
+    if args.json {
+        println!("{text}");
+        return Ok(true);
+    }
+    let status: serde_json::Value =
+        serde_json::from_str(&text).context("the daemon's answer is not JSON")?;
+    print_table(&status);
+    Ok(true)
+}
+
+fn print_table(s: &serde_json::Value) {
+    println!(
+        "vsched daemon pid {}, {} model updates, metrics at {}",
+        s["pid"],
+        s["model_updates"],
+        s["metrics_url"].as_str().unwrap_or("?")
+    );
+    let Some(vcpus) = s["report"]["vcpus"].as_array() else {
+        println!("  no model yet (the first probe report is on its way)");
+        return;
+    };
+    println!(
+        "\n  {:>4} {:>8} {:>10} {:>7} {:>13} {:>12}  flags",
+        "vcpu", "capacity", "available", "steal", "episode mean", "episode p95"
+    );
+    let num = |v: &serde_json::Value, digits: usize| {
+        v.as_f64()
+            .map_or("-".to_string(), |x| format!("{x:.digits$}"))
+    };
+    for v in vcpus {
+        let mut flags = vec![];
+        if v["stacked"] == true {
+            flags.push(format!("stacked with {}", v["stacked_with"]));
+        }
+        if v["straggler"] == true {
+            flags.push("straggler".to_string());
+        }
+        let ms = |field: &str| {
+            v["episodes"][field]
+                .as_f64()
+                .map_or("-".to_string(), |us| format!("{:.2} ms", us / 1e3))
+        };
+        println!(
+            "  {:>4} {:>8} {:>9}% {:>6}% {:>13} {:>12}  {}",
+            v["cpu"].to_string(),
+            num(&v["capacity"], 0),
+            num(&v["available_pct"], 1),
+            num(&v["steal_pct"], 1),
+            ms("mean_us"),
+            ms("p95_us"),
+            flags.join(", ")
+        );
+    }
+}
