@@ -247,6 +247,56 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
+    /// Every `vsched_*` name in `text` (metric names: lower case, digits, _).
+    fn names_in(text: &str) -> std::collections::BTreeSet<String> {
+        text.match_indices("vsched_")
+            .map(|(i, _)| {
+                text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The Grafana dashboard and the alerting rules in deploy/ name only
+    /// series the daemon serves (a renamed metric would leave an empty
+    /// panel or an alert that never fires, silently).
+    #[test]
+    fn the_dashboard_and_the_alerts_use_only_served_series() {
+        let m = Metrics::new();
+        m.update(
+            &[vcpu(0, Some(1024), 97.0, false)],
+            Some(&Overhead::default()),
+            0,
+        );
+        let served: std::collections::BTreeSet<String> = m
+            .render()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next().map(str::to_string))
+            .collect();
+        for (file, text) in [
+            (
+                "deploy/grafana/vsched-dashboard.json",
+                include_str!("../../../deploy/grafana/vsched-dashboard.json"),
+            ),
+            (
+                "deploy/prometheus/vsched-alerts.yml",
+                include_str!("../../../deploy/prometheus/vsched-alerts.yml"),
+            ),
+        ] {
+            let used = names_in(text);
+            assert!(!used.is_empty(), "{file} names no series");
+            for name in used {
+                assert!(
+                    served.contains(&name),
+                    "{file}: {name} is not served: {served:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_value_no_longer_measured_disappears_rather_than_reading_zero() {
         let m = Metrics::new();
