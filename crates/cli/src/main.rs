@@ -8,6 +8,7 @@ mod daemon_cmd;
 mod exec_cmd;
 mod lab_cmd;
 mod probe_cmd;
+mod probe_plot;
 mod progress;
 mod render;
 mod sched_cmd;

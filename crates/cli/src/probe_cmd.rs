@@ -43,6 +43,7 @@ EXAMPLES
   vsched probe --only topology --validate now.json
                                        cheap re-check of an earlier topology
   vsched probe --cpus 0-3 --duration 1s --heavy 200ms
+  vsched probe --plot vcpus.svg       the table, and the report as a picture
 
 See docs/probers.md for the method and its limits, docs/schema.md for the JSON.")]
 pub struct ProbeArgs {
@@ -105,6 +106,10 @@ pub struct ProbeArgs {
     /// Write the raw per-vCPU timelines (gaps, work) of the latest sample to FILE as JSON
     #[arg(long, value_name = "FILE")]
     trace_out: Option<PathBuf>,
+
+    /// Also draw the report as SVG: capacity and availability bars, the pair-latency heatmap (under --watch: redrawn at every update)
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -136,6 +141,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         only(Measure::Topology),
     );
 
+    if let Some(path) = &args.plot {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            bail!("--plot {}: its directory does not exist", path.display());
+        }
+    }
     if args.validate.is_some() && !topology {
         bail!("--validate checks a topology, but --only leaves topology out");
     }
@@ -243,6 +254,9 @@ fn write_trace(args: &ProbeArgs, session: &Session) -> Result<()> {
 }
 
 fn emit(args: &ProbeArgs, report: &ProbeReport, watching: bool) -> Result<()> {
+    if let Some(path) = &args.plot {
+        crate::probe_plot::write_svg(report, path)?;
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let text = if args.json {

@@ -244,3 +244,38 @@ fn human_output_has_table_matrix_and_verdicts() {
     assert!(text.contains("cache-line transfer latency"), "{text}");
     assert!(text.contains("verdict: "), "{text}");
 }
+
+/// `--plot FILE.svg` draws the report: a bar pair per vCPU and a heatmap
+/// cell per pair, with their labels; a plot into a missing directory is
+/// refused before anything is probed.
+#[test]
+fn plot_draws_every_vcpu_and_pair() {
+    let _guard = common::serial();
+    let dir = std::env::temp_dir().join(format!("vsched-probe-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vcpus.svg");
+    let out = vsched(&[
+        "probe",
+        "--only",
+        "capacity,topology",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let cpus = online_cpus();
+    assert!(svg.starts_with("<svg"), "{svg}");
+    for c in &cpus {
+        assert!(svg.contains(&format!("vCPU {c}")), "vCPU {c} labelled");
+    }
+    assert!(svg.contains("pair latency"), "heatmap drawn");
+    // Background, a capacity bar per vCPU, a cell per ordered pair, legend.
+    let rects = svg.matches("<rect").count();
+    let n = cpus.len();
+    assert!(rects > n + n * (n - 1), "{rects} rectangles for {n} vCPUs");
+    assert_fails(
+        &["probe", "--plot", "/nonexistent/dir/x.svg"],
+        "does not exist",
+    );
+}
