@@ -60,39 +60,29 @@ pub fn online_vcpus() -> u64 {
     n.max(1) as u64
 }
 
-/// An open /proc/loadavg. The kernel regenerates the file on every pread
-/// at offset 0, so one descriptor serves for the life of the process (and
-/// across fork).
+/// A /proc file kept open and re-read from offset 0: the kernel
+/// regenerates such files on every read at offset 0, so one descriptor
+/// serves for the life of the process. Read with a raw pread into the
+/// caller's stack buffer: no allocation, and no cancellation point
+/// (glibc's pread is one; vsched-sync reads these inside mutex waits).
 #[derive(Debug, Clone, Copy)]
-pub struct Loadavg {
+struct ProcFile {
     fd: libc::c_int,
 }
 
-impl Loadavg {
-    pub fn open() -> std::io::Result<Loadavg> {
-        // SAFETY: a constant NUL-terminated path; flags are plain integers.
-        let fd = unsafe { libc::open(c"/proc/loadavg".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+impl ProcFile {
+    fn open(path: &core::ffi::CStr) -> std::io::Result<ProcFile> {
+        // SAFETY: a NUL-terminated path; flags are plain integers.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Loadavg { fd })
+        Ok(ProcFile { fd })
     }
 
-    /// Wraps a descriptor opened by [`Loadavg::open`] and kept elsewhere
-    /// (e.g. in an atomic); a bad descriptor only makes reads fail.
-    pub fn from_raw_fd(fd: libc::c_int) -> Loadavg {
-        Loadavg { fd }
-    }
-
-    pub fn as_raw_fd(&self) -> libc::c_int {
-        self.fd
-    }
-
-    /// The number of runnable tasks now, or None if the read failed.
-    pub fn runnable(&self) -> Option<u64> {
-        // 128 bytes: the file is five short fields (about 30-60 bytes).
-        let mut buf = [0u8; 128];
-        // A raw system call: glibc's pread is a cancellation point.
+    /// The file's current text, as much as fits in `buf`; None if the
+    /// read failed.
+    fn read<'b>(&self, buf: &'b mut [u8]) -> Option<&'b [u8]> {
         // SAFETY: `buf` is writable for the length passed; a stale or bad
         // fd only makes the call fail.
         let n = unsafe {
@@ -104,41 +94,53 @@ impl Loadavg {
                 0i64,
             )
         };
-        if n <= 0 {
-            return None;
-        }
-        parse_runnable(&buf[..n as usize])
+        (n > 0).then(|| &buf[..n as usize])
+    }
+}
+
+/// An open /proc/loadavg (kept across fork: it is machine-wide).
+#[derive(Debug, Clone, Copy)]
+pub struct Loadavg(ProcFile);
+
+impl Loadavg {
+    pub fn open() -> std::io::Result<Loadavg> {
+        ProcFile::open(c"/proc/loadavg").map(Loadavg)
+    }
+
+    /// Wraps a descriptor opened by [`Loadavg::open`] and kept elsewhere
+    /// (e.g. in an atomic); a bad descriptor only makes reads fail.
+    pub fn from_raw_fd(fd: libc::c_int) -> Loadavg {
+        Loadavg(ProcFile { fd })
+    }
+
+    pub fn as_raw_fd(&self) -> libc::c_int {
+        self.0.fd
+    }
+
+    /// The number of runnable tasks now, or None if the read failed.
+    pub fn runnable(&self) -> Option<u64> {
+        // 128 bytes: the file is five short fields (about 30-60 bytes).
+        let mut buf = [0u8; 128];
+        parse_runnable(self.0.read(&mut buf)?)
     }
 }
 
 /// This process's /proc/self/stat, kept open like [`Loadavg`] (and reopened
 /// by the caller after fork: the descriptor names the pid it was opened for).
 #[derive(Debug, Clone, Copy)]
-pub struct SelfStat {
-    fd: libc::c_int,
-}
+pub struct SelfStat(ProcFile);
 
 impl SelfStat {
     pub fn open() -> std::io::Result<SelfStat> {
-        // SAFETY: a constant NUL-terminated path; flags are plain integers.
-        let fd = unsafe {
-            libc::open(
-                c"/proc/self/stat".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(SelfStat { fd })
+        ProcFile::open(c"/proc/self/stat").map(SelfStat)
     }
 
     pub fn from_raw_fd(fd: libc::c_int) -> SelfStat {
-        SelfStat { fd }
+        SelfStat(ProcFile { fd })
     }
 
     pub fn as_raw_fd(&self) -> libc::c_int {
-        self.fd
+        self.0.fd
     }
 
     /// The process's thread count now, or None if the read failed.
@@ -146,22 +148,7 @@ impl SelfStat {
         // 1 KiB: the file is 52 numeric fields after a command name of at
         // most 16 bytes (about 300-400 bytes).
         let mut buf = [0u8; 1024];
-        // A raw system call for the reason given in Loadavg::runnable.
-        // SAFETY: `buf` is writable for the length passed; a stale or bad
-        // fd only makes the call fail.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_pread64,
-                self.fd,
-                buf.as_mut_ptr(),
-                buf.len(),
-                0i64,
-            )
-        };
-        if n <= 0 {
-            return None;
-        }
-        parse_num_threads(&buf[..n as usize])
+        parse_num_threads(self.0.read(&mut buf)?)
     }
 }
 

@@ -60,9 +60,10 @@ pub fn oversubscribed() -> bool {
 /// True when this process has more threads that are not asleep in the
 /// runtime than it has vCPUs: a yield may then hand the vCPU to one of its
 /// own threads (see `load::own_threads_oversubscribed` for why the excess
-/// must be ours). Counted at the last refresh, as `oversubscribed`.
+/// must be ours). The thread count is the one `oversubscribed` refreshed:
+/// callers ask it first (the two are only meaningful together), so this
+/// reads no clock.
 pub fn own_threads_in_excess() -> bool {
-    refresh_if_stale();
     let awake = THREADS.load(Relaxed).saturating_sub(SLEEPING.load(Relaxed));
     load::own_threads_oversubscribed(awake, crate::config::VCPUS.load(Relaxed) as u64)
 }

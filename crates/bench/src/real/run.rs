@@ -72,16 +72,19 @@ impl Setup {
         Ok(setup)
     }
 
-    /// `program` run directly or under `vsched exec`.
+    /// `program` run directly or under `vsched exec`, reading nothing
+    /// (a caller with input sets stdin again).
     fn command(&self, variant: Variant, program: &Path) -> Command {
-        match variant {
+        let mut c = match variant {
             Variant::Baseline => Command::new(program),
             Variant::Vsched => {
                 let mut c = Command::new(&self.vsched);
                 c.args(["exec", "--"]).arg(program);
                 c
             }
-        }
+        };
+        c.stdin(Stdio::null());
+        c
     }
 
     /// One run of `w` on `threads` threads; `size` is the calibrated
@@ -271,7 +274,6 @@ fn free_port() -> Result<u16, BenchError> {
 /// Runs `cmd` to its end; wall-clock seconds (start-up of `vsched exec`
 /// included: a user pays it too) and its output, if it succeeded.
 fn timed(mut cmd: Command, what: &'static str) -> Result<(f64, Output), BenchError> {
-    cmd.stdin_if_unset();
     let start = Instant::now();
     let out = cmd
         .stderr(Stdio::piped())
@@ -286,19 +288,6 @@ fn timed(mut cmd: Command, what: &'static str) -> Result<(f64, Output), BenchErr
         });
     }
     Ok((seconds, out))
-}
-
-trait StdinIfUnset {
-    fn stdin_if_unset(&mut self);
-}
-
-impl StdinIfUnset for Command {
-    /// Programs read no terminal: stdin is /dev/null unless a file was given.
-    fn stdin_if_unset(&mut self) {
-        if self.get_program() != "sqlite3" && !self.get_args().any(|a| a == "sqlite3") {
-            self.stdin(Stdio::null());
-        }
-    }
 }
 
 /// A field of the JSON line a C program printed last, as text.

@@ -102,12 +102,13 @@ impl Workload {
     }
 }
 
-/// Where a program is on PATH, if it is.
+/// Where a program is on PATH, if it is (vsched-os's lookup, as `vsched
+/// exec` does it).
 pub fn on_path(program: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
+    vsched_os::exec_env::program::find_program(
+        std::ffi::OsStr::new(program),
+        std::env::var_os("PATH").as_deref(),
+    )
 }
 
 /// Why `w` cannot run here (a program missing, with the package to

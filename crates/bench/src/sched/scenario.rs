@@ -113,6 +113,35 @@ pub enum VariantKind {
 }
 
 /// Every scenario, in the order they run.
+/// An overhead scenario: `workload` on two dedicated vCPUs, where vsched
+/// has nothing to gain and must lose at most 3% to the default; its
+/// ablation leaves the probers out, and the minimal FIFO sched_ext
+/// scheduler shows what sched_ext itself costs.
+const fn overhead(
+    name: &'static str,
+    what: &'static str,
+    workload: &'static [&'static str],
+) -> Scenario {
+    Scenario {
+        name,
+        what,
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload,
+        metric: "elapsed_s",
+        oracle_cpus: None,
+        vsched_flags: "",
+        ablations: &["--no-probe"],
+        fifo_reference: true,
+        timeline: None,
+        goal: Goal {
+            min_speedup: 0.97,
+            min_of_oracle: None,
+            max_recovery_s: None,
+        },
+    }
+}
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "rwc",
@@ -249,63 +278,24 @@ pub const SCENARIOS: &[Scenario] = &[
             max_recovery_s: None,
         },
     },
-    Scenario {
-        name: "overhead-cpu",
-        what: "overhead: 2 CPU-bound threads on 2 dedicated vCPUs (nothing to gain)",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["cpu", "2", "200000000"],
-        metric: "elapsed_s",
-        oracle_cpus: None,
-        // Apart: the scheduler's own cost and the probers'.
-        vsched_flags: "",
-        ablations: &["--no-probe"],
-        fifo_reference: true,
-        timeline: None,
-        goal: Goal {
-            min_speedup: 0.97,
-            min_of_oracle: None,
-            max_recovery_s: None,
-        },
-    },
-    Scenario {
-        name: "overhead-pingpong",
-        what: "overhead: one pair of threads passing a byte through pipes on 2 dedicated vCPUs \
-               (context-switch bound)",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["pingpong", "1", "20000"],
-        metric: "elapsed_s",
-        oracle_cpus: None,
-        vsched_flags: "",
-        ablations: &["--no-probe"],
-        fifo_reference: true,
-        timeline: None,
-        goal: Goal {
-            min_speedup: 0.97,
-            min_of_oracle: None,
-            max_recovery_s: None,
-        },
-    },
-    Scenario {
-        name: "overhead-messaging",
-        what: "overhead: a hackbench-like messaging kernel (2 groups of 4 senders and 4 \
-               receivers, 100-byte messages over Unix sockets) on 2 dedicated vCPUs",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["messaging", "2", "4", "1000"],
-        metric: "elapsed_s",
-        oracle_cpus: None,
-        vsched_flags: "",
-        ablations: &["--no-probe"],
-        fifo_reference: true,
-        timeline: None,
-        goal: Goal {
-            min_speedup: 0.97,
-            min_of_oracle: None,
-            max_recovery_s: None,
-        },
-    },
+    // Apart in each: the scheduler's own cost and the probers'.
+    overhead(
+        "overhead-cpu",
+        "overhead: 2 CPU-bound threads on 2 dedicated vCPUs (nothing to gain)",
+        &["cpu", "2", "200000000"],
+    ),
+    overhead(
+        "overhead-pingpong",
+        "overhead: one pair of threads passing a byte through pipes on 2 dedicated vCPUs \
+         (context-switch bound)",
+        &["pingpong", "1", "20000"],
+    ),
+    overhead(
+        "overhead-messaging",
+        "overhead: a hackbench-like messaging kernel (2 groups of 4 senders and 4 \
+         receivers, 100-byte messages over Unix sockets) on 2 dedicated vCPUs",
+        &["messaging", "2", "4", "1000"],
+    ),
     Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \
