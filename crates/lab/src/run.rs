@@ -13,7 +13,6 @@ use crate::layout::{Layout, VcpuState};
 use crate::qmp::Qmp;
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -377,13 +376,8 @@ fn boot_and_run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: prctl is async-signal-safe; QEMU dies with us even on SIGKILL.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    // QEMU dies with us even on SIGKILL.
+    vsched_os::child::die_with_parent(&mut cmd, libc::SIGKILL);
     let started = Instant::now();
     let child = cmd.spawn().map_err(|source| LabError::StartQemu {
         qemu: qemu.to_path_buf(),

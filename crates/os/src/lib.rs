@@ -1,5 +1,5 @@
 //! The Linux interfaces that more than one vsched crate needs, each defined
-//! once: clocks, CPU affinity, scheduling attributes, and the kernel's count
+//! once: clocks, CPU affinity, children that die with vsched, scheduling attributes, and the kernel's count
 //! of runnable tasks with the rule that says when a machine is
 //! oversubscribed; and `exec_env`, the contract between `vsched exec` and
 //! the runtime it preloads (variable names, defaults, the spin-budget cache
@@ -12,6 +12,7 @@
 //! vsched-sync calls from inside a preloaded program's lock waits.
 
 pub mod affinity;
+pub mod child;
 pub mod clock;
 pub mod exec_env;
 pub mod load;

@@ -190,6 +190,8 @@ impl Setup {
             .args(["-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        // Gone with the benchmark even if it is killed outright.
+        vsched_os::child::die_with_parent(&mut cmd, libc::SIGTERM);
         // memcached refuses to run as root without a user to switch to.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
