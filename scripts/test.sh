@@ -19,6 +19,13 @@ for p in xz:xz-utils zstd:zstd pigz:pigz pbzip2:pbzip2 sqlite3:sqlite3; do
 done
 # A real Prometheus scrapes `vsched daemon` (crates/cli/tests/daemon.rs).
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# The Debian package (crates/cli/tests/packaging.rs): dpkg-shlibdeps for its
+# Depends, strip/readelf, groff to check the man page, shellcheck for the
+# maintainer scripts.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need_apt+=(dpkg-dev)
+command -v readelf >/dev/null 2>&1 || need_apt+=(binutils)
+command -v groff >/dev/null 2>&1 || need_apt+=(groff-base)
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 lab_kernel="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/vsched/lab/vmlinuz"
 if [ ${#need_apt[@]} -gt 0 ] || [ ! -f "$lab_kernel" ]; then
   # Package lists are needed to install, and for the lab to fetch its guest

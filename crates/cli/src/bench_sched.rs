@@ -10,7 +10,7 @@ use vsched_lab::{Accel, LabOptions};
 #[command(after_long_help = "\
 WHAT IT RUNS
   Each scenario boots one lab guest with a sched_ext kernel (Debian's newest
-  cloud kernel, fetched by the lab) and runs a workload (crates/bench/c/
+  cloud kernel, fetched by the lab; rwc-cpuset: the host release's) and runs a workload (crates/bench/c/
   schedbench.c, compiled with cc and carried into the guest) under every
   variant once per round, rotating the order each round:
     default   the kernel's own scheduler
@@ -20,10 +20,15 @@ WHAT IT RUNS
               that knew the layout would use: the limit
     fifo-reference  (overhead scenarios) a minimal FIFO sched_ext scheduler,
               no probers: what sched_ext itself costs under this guest
+              (rwc-cpuset: vsched is `vsched daemon --rwc-cgroup` keeping
+              the workload's cgroup off hidden vCPUs, no sched_ext)
   Scenarios:
     rwc                barrier kernel, 4 threads, 4 vCPUs: a straggler (10%
                        cap) and a stacked pair (vSched Fig. 4); goal: 1.5x the
                        default and 80% of the oracle
+    rwc-cpuset         the same layout and kernel workload without sched_ext,
+                       every variant in one cgroup, vsched = user-space RWC
+                       on its cpuset; goal as rwc
     capacity           one CPU-bound thread, 2 vCPUs, one capped at 50%
                        (vSched 5.3); goal: 1.3x and 80% of the oracle
     bvs                a request server on 2 vCPUs of equal capacity whose
@@ -57,7 +62,7 @@ EXAMPLES
   vsched bench sched --json > sched.json
   vsched bench sched --only adaptability --rounds 3 --plot docs/img")]
 pub struct SchedBenchArgs {
-    /// Run only this scenario (repeatable): rwc, capacity, bvs, bvs-best-effort,
+    /// Run only this scenario (repeatable): rwc, rwc-cpuset, capacity, bvs, bvs-best-effort,
     /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, overhead-messaging, adaptability
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,

@@ -1,6 +1,9 @@
 //! `vsched daemon`: the probers run continuously and the vCPU model is
-//! served as Prometheus metrics on loopback, until Ctrl-C or SIGTERM.
-//! What it keeps and serves is vsched-daemon's (crates/daemon).
+//! served as Prometheus metrics on loopback, until Ctrl-C or SIGTERM;
+//! with `--rwc-cgroup`, user-space RWC keeps those cgroups off hidden
+//! vCPUs. What it keeps, serves and changes is vsched-daemon's
+//! (crates/daemon); this module wires it to the probers, the signals and
+//! the restore watchdog.
 
 use crate::probe_cmd::parse_duration;
 use crate::signals;
@@ -9,6 +12,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
 use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
 use vsched_daemon::Metrics;
 use vsched_model::report::ProbeReport;
@@ -32,8 +36,19 @@ WHAT IT DOES
   socket (--socket). One daemon per socket: a second is refused; a socket
   left by a killed daemon is replaced.
 
-  This is the first part of the daemon: user-space RWC, plots and
-  packaging are not built yet (docs/daemon.md).
+USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
+  vSched's RWC keeps work off stragglers (vCPUs far weaker than the
+  others) and off all but one vCPU of each stacked group (vCPUs sharing a
+  physical CPU). With --rwc-cgroup the daemon does it for the named
+  cgroups by writing their cpuset.cpus (cgroup v2, enabling the cpuset
+  controller in the ancestors where needed, or a v1 cpuset hierarchy):
+  a change is made once two probe reports in a row ask for it, and a
+  cgroup always keeps a CPU. Everything it changes is saved first (the
+  --rwc-state file) and put back on exit, Ctrl-C and SIGTERM; after a
+  SIGKILL its watchdog process puts it back, and so do the next start and
+  `vsched daemon --restore` (the systemd unit's ExecStopPost). With
+  --dry-run it only prints what it would write. Where the kernel has
+  sched_ext, `vsched sched` does RWC in the scheduler instead.
 
 METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_capacity                      1024 = the strongest vCPU
@@ -62,9 +77,30 @@ pub struct DaemonArgs {
     /// The status socket `vsched status` reads (root only; one daemon per socket)
     #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
     socket: PathBuf,
+
+    /// Keep this cgroup's tasks off the vCPUs RWC hides, by its cpuset (repeatable; a path relative to /sys/fs/cgroup, or absolute)
+    #[arg(long = "rwc-cgroup", value_name = "CGROUP")]
+    rwc_cgroups: Vec<PathBuf>,
+
+    /// Where RWC saves what it changed, for putting it back (after a crash too)
+    #[arg(long, default_value = DEFAULT_STATE_FILE, value_name = "FILE")]
+    rwc_state: PathBuf,
+
+    /// Print the cpuset changes RWC would make instead of making them
+    #[arg(long, requires = "rwc_cgroups")]
+    dry_run: bool,
+
+    /// Put back the cpusets a daemon that was killed left changed (from --rwc-state), and exit
+    #[arg(long, conflicts_with_all = ["rwc_cgroups", "dry_run"])]
+    restore: bool,
+
+    /// (watchdog) With --restore: wait until standard input closes first
+    #[arg(long, requires = "restore", hide = true)]
+    after_stdin_closes: bool,
 }
 
-/// What `vsched status` gets: the daemon's identity and its last report.
+/// What `vsched status` gets: the daemon's identity, its last report and
+/// what user-space RWC does.
 #[derive(serde::Serialize)]
 struct Status<'a> {
     schema: &'static str,
@@ -73,9 +109,33 @@ struct Status<'a> {
     metrics_url: String,
     model_updates: u64,
     report: Option<&'a ProbeReport>,
+    rwc: Option<&'a RwcStatus>,
 }
 
+/// User-space RWC as `vsched status` shows it.
+#[derive(serde::Serialize, Clone, Default)]
+struct RwcStatus {
+    cgroups: Vec<PathBuf>,
+    dry_run: bool,
+    hidden: Vec<u32>,
+    changes: u64,
+}
+
+/// What the main loop shares with the status socket's thread.
+#[derive(Default)]
+struct Latest {
+    model_updates: u64,
+    report: Option<ProbeReport>,
+    rwc: Option<RwcStatus>,
+}
+
+/// Where a relative --rwc-cgroup is looked for.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 pub fn run(args: DaemonArgs) -> Result<bool> {
+    if args.restore {
+        return restore(&args.rwc_state, args.after_stdin_closes);
+    }
     if !args.listen.ip().is_loopback() {
         eprintln!(
             "vsched daemon: warning: serving metrics on {}, beyond this machine; they are not authenticated",
@@ -94,6 +154,28 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         anyhow::anyhow!("cannot listen on {}: {e}{hint}", args.listen)
     })?;
     let bound = listener.local_addr().context("reading the bound address")?;
+    let groups: Vec<PathBuf> = args
+        .rwc_cgroups
+        .iter()
+        .map(|p| std::path::Path::new(CGROUP_ROOT).join(p))
+        .collect();
+    // Declared before `rwc` so that it is dropped after it: the watchdog
+    // must not wake while this daemon's own restore may still be due.
+    let mut _watchdog = None;
+    let mut rwc = if groups.is_empty() {
+        None
+    } else {
+        let (rwc, recovered) = CpusetRwc::start(&groups, &args.rwc_state, args.dry_run)
+            .context("setting up user-space RWC (see --rwc-cgroup, --rwc-state)")?;
+        if let Some(r) = recovered {
+            report_recovered(&r);
+        }
+        Some(rwc)
+    };
+    if rwc.is_some() && !args.dry_run {
+        // Holds the watchdog's standard input open while this process lives.
+        _watchdog = Some(Watchdog::spawn(&args.rwc_state)?);
+    }
     signals::catch();
     let metrics = Arc::new(Metrics::new());
     {
@@ -103,7 +185,14 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             .spawn(move || vsched_daemon::serve(&listener, &|| metrics.render()))
             .context("starting the metrics server")?;
     }
-    let latest: Arc<Mutex<(u64, Option<ProbeReport>)>> = Arc::new(Mutex::new((0, None)));
+    let latest = Arc::new(Mutex::new(Latest {
+        rwc: rwc.as_ref().map(|_| RwcStatus {
+            cgroups: groups.clone(),
+            dry_run: args.dry_run,
+            ..RwcStatus::default()
+        }),
+        ..Latest::default()
+    }));
     {
         let (latest, socket) = (Arc::clone(&latest), Arc::clone(&status_socket));
         let started_unix_s = SystemTime::now()
@@ -120,8 +209,9 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
                         pid: std::process::id(),
                         started_unix_s,
                         metrics_url: metrics_url.clone(),
-                        model_updates: guard.0,
-                        report: guard.1.as_ref(),
+                        model_updates: guard.model_updates,
+                        report: guard.report.as_ref(),
+                        rwc: guard.rwc.as_ref(),
                     };
                     serde_json::to_string(&status).unwrap_or_default()
                 })
@@ -139,9 +229,22 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         match reports.recv_timeout(Duration::from_millis(100)) {
             Ok(r) => {
                 metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
+                if let Some(rwc) = rwc.as_mut() {
+                    let change = rwc.update(&r).context(
+                        "user-space RWC could not save the cpusets; nothing was changed",
+                    )?;
+                    if let Some(c) = &change {
+                        print_change(c);
+                    }
+                    metrics.update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
+                }
                 let mut guard = latest.lock().unwrap_or_else(|e| e.into_inner());
-                guard.0 += 1;
-                guard.1 = Some(r);
+                guard.model_updates += 1;
+                if let (Some(status), Some(rwc)) = (guard.rwc.as_mut(), rwc.as_ref()) {
+                    status.hidden = rwc.hidden().to_vec();
+                    status.changes = rwc.changes();
+                }
+                guard.report = Some(r);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -152,6 +255,127 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // The socket file goes with the last reference (the status thread's
     // stays blocked in accept until the process exits): remove it now.
     let _ = std::fs::remove_file(&args.socket);
+    let clean = rwc
+        .as_mut()
+        .is_none_or(|rwc| report_outcome(&rwc.restore()));
     eprintln!("vsched daemon: stopped");
-    Ok(true)
+    Ok(clean)
+}
+
+fn print_change(c: &rwc::Change) {
+    let verb = if c.dry_run { "would write" } else { "wrote" };
+    eprintln!(
+        "vsched daemon: RWC hides vCPUs [{}]",
+        vsched_model::cpulist::format_cpu_list(&c.hidden)
+    );
+    for g in &c.groups {
+        eprintln!(
+            "vsched daemon:   {verb} {}/cpuset.cpus: {:?} -> {:?}",
+            g.path.display(),
+            g.from,
+            g.to
+        );
+    }
+    for f in &c.failures {
+        eprintln!("vsched daemon:   could not write: {f}");
+    }
+}
+
+fn report_recovered(r: &rwc::Recovered) {
+    eprintln!(
+        "vsched daemon: put back the cpusets of {} cgroup(s) that daemon {} left changed",
+        r.groups, r.pid
+    );
+    report_outcome(&r.outcome);
+}
+
+/// Prints what could not be put back and what is back but reads
+/// differently; true when nothing failed.
+fn report_outcome(o: &rwc::Outcome) -> bool {
+    for e in &o.failures {
+        eprintln!(
+            "vsched daemon: could not restore: {}",
+            vsched_daemon::error_chain(e)
+        );
+    }
+    for n in &o.notes {
+        eprintln!("vsched daemon: note: {n}");
+    }
+    o.failures.is_empty()
+}
+
+/// `--restore`: put back what the state file records (nothing to do
+/// without one); the watchdog first waits for its daemon to end.
+fn restore(state_file: &std::path::Path, after_stdin_closes: bool) -> Result<bool> {
+    if after_stdin_closes {
+        Watchdog::wait_for_daemon();
+    }
+    match rwc::restore_file(state_file)
+        .with_context(|| format!("restoring the cpusets recorded in {}", state_file.display()))?
+    {
+        Some(r) => {
+            report_recovered(&r);
+            Ok(r.outcome.failures.is_empty())
+        }
+        None => {
+            if !after_stdin_closes {
+                eprintln!(
+                    "vsched daemon: nothing to restore ({} does not exist)",
+                    state_file.display()
+                );
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// A second process that puts the cpusets back if the daemon dies without
+/// doing so (SIGKILL, a crash, a restore that failed): it blocks reading a
+/// pipe whose only writer is the daemon, so the read ends when the daemon
+/// does, however it ends; a daemon that stopped cleanly has removed the
+/// state file by then. Never waited for: the daemon's exit is what it
+/// waits for (it is re-parented and reaped by init).
+struct Watchdog {
+    _child: std::process::Child,
+}
+
+impl Watchdog {
+    fn spawn(state_file: &std::path::Path) -> Result<Watchdog> {
+        let child = std::process::Command::new("/proc/self/exe")
+            .arg("daemon")
+            .arg("--restore")
+            .arg("--after-stdin-closes")
+            .arg("--rwc-state")
+            .arg(state_file)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("starting the restore watchdog")?;
+        Ok(Watchdog { _child: child })
+    }
+
+    /// In the watchdog: ignore the signals that stop the daemon (Ctrl-C
+    /// reaches the whole process group, systemd signals the whole unit),
+    /// then wait for the daemon's end.
+    fn wait_for_daemon() {
+        // SAFETY: setting a disposition to SIG_IGN runs no code in the
+        // handler context.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        }
+        // SAFETY: getppid has no preconditions.
+        let daemon = unsafe { libc::getppid() };
+        let mut sink = [0u8; 64];
+        use std::io::Read;
+        let mut stdin = std::io::stdin();
+        while !matches!(stdin.read(&mut sink), Ok(0) | Err(_)) {}
+        // The pipe closes as the daemon exits; until it has (this process
+        // is re-parented then), its state file names a live daemon.
+        // SAFETY: as above.
+        while unsafe { libc::getppid() } == daemon {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }

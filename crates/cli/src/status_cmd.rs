@@ -44,6 +44,32 @@ fn print_table(s: &serde_json::Value) {
         s["model_updates"],
         s["metrics_url"].as_str().unwrap_or("?")
     );
+    if let Some(rwc) = s["rwc"].as_object() {
+        let cgroups: Vec<&str> = rwc["cgroups"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+            .unwrap_or_default();
+        let hidden: Vec<u32> = rwc["hidden"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c.as_u64())
+                    .map(|c| c as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!(
+            "  user-space RWC{}: hides vCPUs [{}] from {} ({} changes)",
+            if rwc["dry_run"] == true {
+                " (dry run)"
+            } else {
+                ""
+            },
+            vsched_model::cpulist::format_cpu_list(&hidden),
+            cgroups.join(", "),
+            rwc["changes"]
+        );
+    }
     let Some(vcpus) = s["report"]["vcpus"].as_array() else {
         println!("  no model yet (the first probe report is on its way)");
         return;

@@ -326,9 +326,10 @@ fn alerting_rules_pass_promtool() {
     }
 }
 
-/// The shipped systemd unit passes `systemd-analyze verify` without a
-/// single warning (it exits 0 even for ignored bad settings, so silence
-/// is the check), with ExecStart pointed at the binary under test.
+/// The shipped systemd unit, alone and with its RWC drop-in, passes
+/// `systemd-analyze verify` without a single warning (it exits 0 even for
+/// ignored bad settings, so silence is the check), with ExecStart pointed
+/// at the binary under test.
 #[test]
 fn the_systemd_unit_verifies_cleanly() {
     let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
@@ -343,22 +344,34 @@ fn the_systemd_unit_verifies_cleanly() {
         .join("../../deploy/systemd/vsched.service");
     let text = std::fs::read_to_string(&unit).unwrap();
     assert!(text.contains("ExecStart=/usr/bin/vsched daemon"), "{text}");
+    // The RWC drop-in (deploy/systemd/vsched-rwc.conf) verified merged
+    // into the unit, as systemd merges a drop-in's [Service] section.
+    let drop_in = std::fs::read_to_string(unit.with_file_name("vsched-rwc.conf")).unwrap();
+    assert!(drop_in.contains("ExecStopPost=/usr/bin/vsched daemon --restore"));
     let dir = std::env::temp_dir().join(format!("vsched-unit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let copy = dir.join("vsched.service");
-    std::fs::write(&copy, text.replace("/usr/bin/vsched", VSCHED)).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&copy)
-        .output()
-        .unwrap();
+    for (name, text) in [
+        ("vsched.service", text.clone()),
+        ("vsched-rwc.service", format!("{text}\n{drop_in}")),
+    ] {
+        let copy = dir.join(name);
+        std::fs::write(&copy, text.replace("/usr/bin/vsched", VSCHED)).unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&copy)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "{name}: {said}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
 
 fn status(sock: &str, json: bool) -> std::process::Output {

@@ -5,14 +5,28 @@
 //! - `metrics`: the vCPU model as Prometheus metrics (names, units and
 //!   help text declared once, as data), updated from each probe report;
 //! - `serve`: the loopback HTTP endpoint that answers `GET /metrics`;
-//! - `status`: the root-only Unix socket `vsched status` reads.
-//!
-//! First part of issue 17: metrics and status. User-space RWC, packaging
-//! and plots are not built yet (docs/daemon.md).
+//! - `status`: the root-only Unix socket `vsched status` reads;
+//! - `rwc` and `cpuset`: user-space RWC, the configured cgroups' cpusets
+//!   kept off hidden vCPUs and put back as they were.
 
+pub mod cpuset;
 pub mod metrics;
+pub mod rwc;
 pub mod serve;
 pub mod status;
+
+/// An error and its causes on one line ("a: b: c"), for messages the
+/// daemon prints where no anyhow context is at hand (a drop).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
 
 pub use metrics::Metrics;
 pub use serve::{serve, ServeError};

@@ -80,6 +80,8 @@ pub struct Metrics {
     probe_cpu: FloatGauge,
     probe_idle_cpu: FloatGauge,
     last_update: FloatGauge,
+    rwc_hidden: Family<VcpuLabel, Gauge>,
+    rwc_changes: Counter,
 }
 
 impl Default for Metrics {
@@ -123,6 +125,18 @@ impl Metrics {
             "Unix time of the last probe report",
             last_update.clone(),
         );
+        let rwc_hidden = Family::<VcpuLabel, Gauge>::default();
+        registry.register(
+            "rwc_vcpu_hidden",
+            "1 if user-space RWC keeps the managed cgroups off the vCPU now (only with --rwc-cgroup)",
+            rwc_hidden.clone(),
+        );
+        let rwc_changes = Counter::default();
+        registry.register(
+            "rwc_changes",
+            "Changes of the set of vCPUs user-space RWC hides (each rewrites the managed cpusets)",
+            rwc_changes.clone(),
+        );
         Metrics {
             registry,
             vcpu,
@@ -130,6 +144,8 @@ impl Metrics {
             probe_cpu,
             probe_idle_cpu,
             last_update,
+            rwc_hidden,
+            rwc_changes,
         }
     }
 
@@ -155,6 +171,20 @@ impl Metrics {
         }
         self.last_update.set(unix_time_ms as f64 / 1e3);
         self.updates.inc();
+    }
+
+    /// User-space RWC's state after a report: `vcpus` are the report's,
+    /// `hidden` those kept off now; `changed` when the set just changed.
+    pub fn update_rwc(&self, vcpus: &[VcpuReport], hidden: &[u32], changed: bool) {
+        for v in vcpus {
+            let label = vec![("vcpu", v.cpu.to_string())];
+            self.rwc_hidden
+                .get_or_create(&label)
+                .set(i64::from(hidden.contains(&v.cpu)));
+        }
+        if changed {
+            self.rwc_changes.inc();
+        }
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -295,6 +325,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn rwc_state_is_served_per_vcpu_with_its_changes() {
+        let m = Metrics::new();
+        let vcpus = [
+            vcpu(0, Some(1024), 97.0, false),
+            vcpu(1, Some(100), 12.5, true),
+        ];
+        m.update_rwc(&vcpus, &[1], true);
+        m.update_rwc(&vcpus, &[1], false);
+        let text = m.render();
+        assert_eq!(
+            value(&text, "vsched_rwc_vcpu_hidden{vcpu=\"1\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, "vsched_rwc_vcpu_hidden{vcpu=\"0\"}"),
+            Some(0.0)
+        );
+        assert_eq!(value(&text, "vsched_rwc_changes_total"), Some(1.0));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod cpulist;
 pub mod ema;
 pub mod report;
+pub mod rwc;
 pub mod stats;
 pub mod timeline;
 pub mod topology;

@@ -217,7 +217,7 @@ impl<'obj> Scheduler<'obj> {
             let mut value = Vec::with_capacity(20);
             for field in [
                 m.capacity,
-                m.visibility.bits(),
+                crate::model::hidden_bits(&m.visibility),
                 m.episode_mean_us,
                 m.available_permille,
                 m.flag_bits(),

@@ -1,17 +1,7 @@
 //! What the BPF side is told about each vCPU, derived from a probe report:
-//! its capacity, and whether RWC (vSched's "restricted vCPU candidates")
-//! keeps normal tasks off it.
-//!
-//! RWC hides a straggler (a vCPU far weaker than the mean, as the probe
-//! judges it) and every vCPU of a stacked group but one: the group shares
-//! one physical CPU, so spreading a parallel program over it only adds
-//! waiting. The vCPU kept is the group's lowest-numbered: stacked vCPUs
-//! share one host CPU, so their capacities differ only by measurement
-//! noise, and choosing by capacity made the kept vCPU flip from report to
-//! report, moving every task with it (seen in the lab: RWC's test failed).
-//! At least one vCPU always stays visible: if every vCPU would be hidden,
-//! the strongest is shown again, since a VM that runs nothing is worse
-//! than any straggler.
+//! its capacity, whether RWC (vSched's "restricted vCPU candidates")
+//! keeps normal tasks off it (the rule is vsched-model's `rwc`, shared
+//! with the daemon's cpusets), and whether BVS prefers it.
 //!
 //! BVS prefers low-latency vCPUs: those whose typical (median) inactive
 //! episode is within [`LOW_LATENCY_RATIO`] of the shortest among the
@@ -19,32 +9,20 @@
 
 use serde::Serialize;
 use vsched_model::report::ProbeReport;
+pub use vsched_model::rwc::Visibility;
 
-/// Why a vCPU is hidden (mirrors intf.h's `vs_hidden_why` bits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct Visibility {
-    pub straggler: bool,
-    /// Hidden because another vCPU of its stacked group stays in use.
-    pub stacked: bool,
-}
-
-impl Visibility {
-    pub fn hidden(&self) -> bool {
-        self.straggler || self.stacked
+/// The bits the BPF side reads for a vCPU's visibility (intf.h's
+/// `vs_hidden_why`).
+pub fn hidden_bits(v: &Visibility) -> u32 {
+    use crate::bpf_intf as why;
+    let mut b = 0;
+    if v.straggler {
+        b |= why::vs_hidden_why_VS_HIDDEN_STRAGGLER;
     }
-
-    /// The bits the BPF side reads.
-    pub fn bits(&self) -> u32 {
-        use crate::bpf_intf as why;
-        let mut b = 0;
-        if self.straggler {
-            b |= why::vs_hidden_why_VS_HIDDEN_STRAGGLER;
-        }
-        if self.stacked {
-            b |= why::vs_hidden_why_VS_HIDDEN_STACKED;
-        }
-        b
+    if v.stacked {
+        b |= why::vs_hidden_why_VS_HIDDEN_STACKED;
     }
+    b
 }
 
 /// One vCPU as the scheduler sees it.
@@ -87,25 +65,21 @@ pub const SHORT_EPISODE_US: f64 = 500.0;
 /// The model of every vCPU in `report`, with RWC's choice applied when
 /// `rwc` is on (otherwise nothing is hidden).
 pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
+    let visibility = if rwc {
+        vsched_model::rwc::choose(report)
+    } else {
+        vec![Visibility::default(); report.vcpus.len()]
+    };
     let mut models: Vec<VcpuModel> = report
         .vcpus
         .iter()
-        .map(|v| {
+        .zip(visibility)
+        .map(|(v, visibility)| {
             let episodes = v.episodes.unwrap_or_default();
-            let keeper = v
-                .stacked_with
-                .iter()
-                .copied()
-                .chain(std::iter::once(v.cpu))
-                .min()
-                .unwrap_or(v.cpu);
             VcpuModel {
                 cpu: v.cpu,
                 capacity: v.capacity.unwrap_or(0),
-                visibility: Visibility {
-                    straggler: rwc && v.straggler,
-                    stacked: rwc && keeper != v.cpu,
-                },
+                visibility,
                 episode_mean_us: episodes.mean_us.round() as u32,
                 available_permille: v
                     .available_pct
@@ -115,13 +89,6 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
         })
         .collect();
     mark_low_latency(report, &mut models);
-    if !models.is_empty() && models.iter().all(|m| m.visibility.hidden()) {
-        let strongest = models
-            .iter_mut()
-            .max_by_key(|m| (m.capacity, std::cmp::Reverse(m.cpu)))
-            .expect("not empty");
-        strongest.visibility = Visibility::default();
-    }
     models
 }
 
@@ -171,8 +138,9 @@ mod tests {
     }
 
     fn report(vcpus: Vec<VcpuReport>) -> ProbeReport {
-        let mut r: ProbeReport = serde_json::from_str(include_str!("../tests/data/report.json"))
-            .expect("test report parses");
+        let mut r: ProbeReport =
+            serde_json::from_str(include_str!("../../model/tests/data/report.json"))
+                .expect("test report parses");
         r.vcpus = vcpus;
         r
     }
@@ -185,8 +153,9 @@ mod tests {
             .collect()
     }
 
+    /// RWC's choice (vsched-model's rwc) and the episodes reach the model.
     #[test]
-    fn straggler_and_all_but_the_lowest_of_a_stack_are_hidden() {
+    fn rwc_choice_and_episodes_reach_the_model() {
         let r = report(vec![
             vcpu(0, 1024, false, &[]),
             vcpu(1, 520, false, &[2]),
@@ -197,16 +166,6 @@ mod tests {
         assert_eq!(hidden(&m), vec![2, 3]);
         assert!(m[2].visibility.stacked && m[3].visibility.straggler);
         assert_eq!(m[0].episode_mean_us, 2500);
-    }
-
-    /// Regression: the kept vCPU followed capacity noise and flipped
-    /// between reports, moving every task with it.
-    #[test]
-    fn the_kept_vcpu_of_a_stack_does_not_follow_capacity_noise() {
-        for (c1, c2) in [(500, 520), (520, 500)] {
-            let r = report(vec![vcpu(1, c1, false, &[2]), vcpu(2, c2, false, &[1])]);
-            assert_eq!(hidden(&from_report(&r, true)), vec![2]);
-        }
     }
 
     #[test]
@@ -253,11 +212,5 @@ mod tests {
             with_episodes(vcpu(1, 1024, false, &[0]), 600.0),
         ]);
         assert!(from_report(&r, true)[0].low_latency);
-    }
-
-    #[test]
-    fn never_every_vcpu_hidden() {
-        let r = report(vec![vcpu(0, 300, true, &[]), vcpu(1, 400, true, &[])]);
-        assert_eq!(hidden(&from_report(&r, true)), vec![0]);
     }
 }

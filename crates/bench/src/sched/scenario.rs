@@ -73,6 +73,10 @@ pub struct Scenario {
     /// Also run the minimal FIFO sched_ext scheduler ("fifo-reference"):
     /// what sched_ext itself costs, apart from vsched's policy.
     pub fifo_reference: bool,
+    /// vsched is `vsched daemon --rwc-cgroup` (user-space RWC on a
+    /// cgroup's cpuset, no sched_ext) instead of `vsched sched`; every
+    /// variant's workload then runs in that cgroup.
+    pub daemon: bool,
     /// Run as a timeline: one guest per run, the layout's phases walked
     /// during the workload (None: one number per run, rounds share guests).
     pub timeline: Option<Timeline>,
@@ -83,10 +87,13 @@ impl Scenario {
     /// (label, how it runs) of every variant, default first. "how" is the
     /// oracle's CPU list, or the vsched flags ("" for plain vsched).
     pub fn variants(&self) -> Vec<(String, VariantKind)> {
-        let mut v = vec![
-            ("default".to_string(), VariantKind::Default),
-            ("vsched".to_string(), VariantKind::Vsched("")),
-        ];
+        let vsched = if self.daemon {
+            // Still "vsched": the scenario's verdict compares it.
+            ("vsched".to_string(), VariantKind::Daemon)
+        } else {
+            ("vsched".to_string(), VariantKind::Vsched(""))
+        };
+        let mut v = vec![("default".to_string(), VariantKind::Default), vsched];
         for a in self.ablations {
             v.push((format!("vsched {a}"), VariantKind::Vsched(a)));
         }
@@ -108,6 +115,8 @@ pub enum VariantKind {
     Default,
     /// vsched sched with these extra flags.
     Vsched(&'static str),
+    /// vsched daemon with user-space RWC on the workload's cgroup.
+    Daemon,
     /// Pinned with taskset to these vCPUs.
     Oracle(&'static str),
 }
@@ -133,6 +142,7 @@ const fn overhead(
         vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 0.97,
@@ -155,6 +165,28 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-rwc"],
         fifo_reference: false,
+        daemon: false,
+        timeline: None,
+        goal: Goal {
+            min_speedup: 1.5,
+            min_of_oracle: Some(0.8),
+            max_recovery_s: None,
+        },
+    },
+    Scenario {
+        name: "rwc-cpuset",
+        what: "vSched Fig. 4 without sched_ext: the rwc scenario's barrier kernel and vCPUs on \
+               the host's release kernel, in a cgroup whose cpuset `vsched daemon --rwc-cgroup` \
+               keeps off the straggler and the stacked vCPU (every variant runs in the cgroup)",
+        layout_file: "lab/daemon/rwc.toml",
+        layout: include_str!("../../../../lab/daemon/rwc.toml"),
+        workload: &["barrier", "4", "100", "400000"],
+        metric: "elapsed_s",
+        oracle_cpus: Some("0,1"),
+        vsched_flags: "",
+        ablations: &[],
+        fifo_reference: false,
+        daemon: true,
         timeline: None,
         goal: Goal {
             min_speedup: 1.5,
@@ -174,6 +206,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-capacity"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -194,6 +227,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-bvs"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -213,6 +247,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &["--no-bvs", "--bvs-no-state-check"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -235,6 +270,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.8,
@@ -253,6 +289,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh", "--ivh-unaware"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -271,6 +308,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "--no-rwc",
         ablations: &["--no-ivh"],
         fifo_reference: false,
+        daemon: false,
         timeline: None,
         goal: Goal {
             min_speedup: 0.97,
@@ -311,6 +349,7 @@ pub const SCENARIOS: &[Scenario] = &[
         vsched_flags: "",
         ablations: &[],
         fifo_reference: false,
+        daemon: false,
         timeline: Some(Timeline {
             lead_s: 8.0,
             phases: &[

@@ -38,9 +38,31 @@ impl RunLine {
     }
 }
 
+/// The cgroup the daemon scenarios' workloads run in (cgroup v2, mounted
+/// by the script: the lab's init mounts no cgroup filesystem).
+const WORK_CGROUP: &str = "/sys/fs/cgroup/work";
+/// Longest wait for user-space RWC's first cpuset, in tenths of a second:
+/// two reports in a row must agree, and the first topology probe takes
+/// 1-3 s under TCG.
+const RWC_WAIT_TENTHS: u32 = 300;
+
 /// Shell functions every script uses: waiting for sched_ext's state, for
-/// the first model, and (timelines) for a time since the script began.
-fn prelude() -> String {
+/// the first model, and (timelines) for a time since the script began;
+/// for daemon scenarios, the workload's cgroup, a way to run a command in
+/// it and waiting for RWC's first cpuset.
+fn prelude(s: &Scenario) -> String {
+    let mut out = common_prelude();
+    if s.daemon {
+        out.push_str(&format!(
+            "mount -t cgroup2 none /sys/fs/cgroup && mkdir -p {WORK_CGROUP}\n\
+             in_work() {{ sh -c 'echo $$ > {WORK_CGROUP}/cgroup.procs && exec \"$@\"' sh \"$@\"; }}\n\
+             wait_rwc() {{ for i in $(seq {RWC_WAIT_TENTHS}); do [ -n \"$(cat {WORK_CGROUP}/cpuset.cpus 2>/dev/null)\" ] && return 0; sleep 0.1; done; echo 'RWC hid no vCPU'; return 1; }}\n"
+        ));
+    }
+    out
+}
+
+fn common_prelude() -> String {
     format!(
         "wait_state() {{ for i in $(seq 100); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; return 1; }}\n\
          wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n\
@@ -52,7 +74,7 @@ fn prelude() -> String {
 /// The guest script for rounds `rounds` (a range of round numbers): every
 /// variant once per round, the order rotated by one each round.
 pub fn guest_script(s: &Scenario, rounds: std::ops::Range<usize>) -> String {
-    let mut out = prelude();
+    let mut out = prelude(s);
     let variants = s.variants();
     for round in rounds {
         for k in 0..variants.len() {
@@ -67,7 +89,7 @@ pub fn guest_script(s: &Scenario, rounds: std::ops::Range<usize>) -> String {
 /// its workload started `lead_s` after the script (and so the layout's
 /// phase clock) began, whatever the scheduler's loading took.
 pub fn timeline_script(s: &Scenario, lead_s: f64, round: usize, k: usize) -> String {
-    let mut out = prelude();
+    let mut out = prelude(s);
     let (label, kind) = &s.variants()[k];
     push_run(&mut out, s, label, *kind, round, Some(lead_s));
     out
@@ -83,13 +105,23 @@ fn push_run(
     round: usize,
     start_at_s: Option<f64>,
 ) {
-    let workload = format!("schedbench {}", s.workload.join(" "));
+    let in_work = if s.daemon { "in_work " } else { "" };
+    let workload = format!("{in_work}schedbench {}", s.workload.join(" "));
     let wait = start_at_s.map_or(String::new(), |t| format!("wait_until {t}; "));
     let report = |cmd: &str| format!("{wait}echo \"{RUN} {label} {round} $({cmd})\"\n");
     match kind {
         VariantKind::Default => out.push_str(&report(&workload)),
-        VariantKind::Oracle(cpus) => {
-            out.push_str(&report(&format!("taskset -c {cpus} {workload}")))
+        VariantKind::Oracle(cpus) => out.push_str(&report(&format!(
+            "{in_work}taskset -c {cpus} schedbench {}",
+            s.workload.join(" ")
+        ))),
+        VariantKind::Daemon => {
+            out.push_str(&format!(
+                "vsched daemon --rwc-cgroup {WORK_CGROUP} 2>/tmp/daemon.log & S=$!\n\
+                 wait_rwc && sleep {SETTLE_S}\n"
+            ));
+            out.push_str(&report(&workload));
+            out.push_str("kill $S; wait $S\n");
         }
         VariantKind::Vsched(flags) => {
             // Without probers no model ever comes.

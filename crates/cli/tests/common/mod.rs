@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod lab;
+
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -140,9 +140,12 @@ struct {
 
 /* How a task behaves, for BVS. */
 struct task_ctx {
-	/* Run time since its last wake-up, and its moving average per wake-up. */
+	/* Run time since its last wake-up, its moving average per wake-up
+	 * (BVS's state check asks for that much time left), and the moving
+	 * share of wake-ups that ran briefly (vs_short_share). */
 	u64 run_this_wake_ns;
 	u64 avg_run_ns;
+	u32 short_share;
 	u32 wakes;
 	/* Named by --latency-sensitive. */
 	u32 declared;
@@ -306,7 +309,7 @@ static s32 find_best_idle(const struct task_struct *p, u32 min_score)
  */
 static bool latency_sensitive(struct task_ctx *tc)
 {
-	return tc->declared || vs_latency_sensitive(tc->avg_run_ns, tc->wakes);
+	return tc->declared || vs_latency_sensitive(tc->short_share, tc->wakes);
 }
 
 /* Whether `cpu` runs only SCHED_IDLE work now, with nothing queued for it. */
@@ -940,6 +943,8 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	if (!runnable) {
 		/* Going to sleep: one wake-up's worth of running, for BVS. */
 		tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);
+		tc->short_share = vs_short_share(tc->short_share, tc->wakes,
+						 tc->run_this_wake_ns);
 		tc->run_this_wake_ns = 0;
 		if (tc->wakes < VS_BVS_MIN_WAKES)
 			tc->wakes++;

@@ -1,0 +1,86 @@
+//! Lab guests for the integration tests: layouts from lab/, the
+//! scheduler benchmark's workload program carried into a guest, and the
+//! output of guest commands (a guest kernel that panics is booted again).
+
+use super::vsched;
+use serde_json::Value;
+
+/// A layout file: an absolute path as is, else lab/`path`.toml.
+pub fn layout(path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_string();
+    }
+    format!("{}/../../lab/{path}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A copy of lab/`name`.toml that also carries the benchmark's workload
+/// program (crates/bench/c/schedbench.c, compiled here) into the guest.
+pub fn layout_with_schedbench(name: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("schedbench");
+    let source = format!("{}/../bench/c/schedbench.c", env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(&cc)
+        .args(["-O2", "-pthread", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(built.success(), "schedbench.c did not compile");
+    // A top-level key, so it goes before the layout's [[vcpu]] tables.
+    let text = std::fs::read_to_string(layout(name)).unwrap();
+    let with = format!("extra_binaries = [\"{}\"]\n{text}", exe.display());
+    let path = dir.join(format!("{}.toml", name.replace('/', "-")));
+    std::fs::write(&path, with).unwrap();
+    path.display().to_string()
+}
+
+/// Output of each guest command, in order, from `lab run --json` of
+/// `layout` with `commands` in place of the layout's.
+pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, String)> {
+    let mut args = vec!["lab", "run", "--json"];
+    for c in commands {
+        args.extend(["--cmd", c]);
+    }
+    let l = layout(layout_path);
+    args.push(&l);
+    // Under TCG, Debian's 7.2 guest kernel panics now and then: while
+    // booting, and when sched_ext's enable or disable patches the kernel's
+    // code (the panicking vCPU runs from the middle of a jump-label site:
+    // QEMU's TCG and cross-modifying code, docs/lab.md). The lab reports a
+    // panic as such; the guest is booted again, at most twice, and every
+    // panic is noted where scripts/test.sh lists it.
+    let mut out = vsched(&args);
+    for _ in 0..2 {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !stderr.contains("guest kernel panicked") {
+            break;
+        }
+        let first = stderr.lines().next().unwrap_or_default();
+        let rip = stderr
+            .lines()
+            .find(|l| l.contains("RIP:"))
+            .unwrap_or_default();
+        super::note(layout_path, &format!("{first} {rip}; booted again"));
+        out = vsched(&args);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "lab run {layout_path} gave no JSON ({e}); exit {:?}\n{stdout}\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    r["commands"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no commands in {r:#}"))
+        .iter()
+        .map(|c| {
+            (
+                c["exit_code"].as_i64(),
+                c["output"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}

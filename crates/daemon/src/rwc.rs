@@ -1,0 +1,466 @@
+//! User-space RWC for kernels without sched_ext: the tasks of configured
+//! cgroups are kept off the vCPUs RWC hides (vsched-model's `rwc`: the
+//! stragglers and all but one vCPU of each stacked group) by writing the
+//! cgroups' cpusets, as vSched's own scripts do, but made safe:
+//!
+//! - a change is made only once two reports in a row ask for it
+//!   (`rwc::Steady`), so one odd report moves no task;
+//! - what each cpuset held (and where the cpuset controller had to be
+//!   enabled) is saved to a state file *before* the first write, and put
+//!   back on exit, Ctrl-C, SIGTERM and drop; after a SIGKILL the daemon's
+//!   watchdog process, `vsched daemon --restore` (the systemd unit's
+//!   ExecStopPost) or the next start put it back from that file;
+//! - a cgroup is never left without a CPU, and `dry_run` only says what
+//!   it would write.
+
+use crate::cpuset::{self, Cgroup, CpusetError, Hierarchy, Restored};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use vsched_model::cpulist::parse_cpu_list;
+use vsched_model::report::ProbeReport;
+use vsched_model::rwc::Steady;
+
+/// Where the state file goes unless told otherwise (/run: cleared at boot,
+/// so a state file never outlives the configuration it describes).
+pub const DEFAULT_STATE_FILE: &str = "/run/vsched/rwc-state.json";
+const STATE_SCHEMA: &str = "vsched.rwc-state/v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RwcError {
+    #[error("cgroup {path}")]
+    Cpuset {
+        path: PathBuf,
+        #[source]
+        source: CpusetError,
+    },
+    #[error("state file {path}")]
+    State {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("state file {path} is not vsched's ({detail}); move it away if it is not needed")]
+    BadState { path: PathBuf, detail: String },
+    #[error(
+        "another vsched daemon (pid {pid}) manages cpusets with state file {path}; \
+         stop it first, or give this one another --rwc-state"
+    )]
+    AlreadyManaged { pid: u32, path: PathBuf },
+}
+
+/// What a cgroup held before the daemon's first write.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedGroup {
+    path: PathBuf,
+    hierarchy: Hierarchy,
+    /// Its `cpuset.cpus` (v2: "" means "the parent's").
+    original_cpus: String,
+    /// v2 ancestors where the daemon enabled the cpuset controller.
+    controller_enabled_in: Vec<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedState {
+    schema: String,
+    pid: u32,
+    groups: Vec<SavedGroup>,
+}
+
+/// One cgroup's change, as a change is reported (and, dry, only printed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupChange {
+    pub path: PathBuf,
+    pub from: String,
+    pub to: String,
+}
+
+/// A change of the hidden set and what it did (or, dry, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    pub hidden: Vec<u32>,
+    pub groups: Vec<GroupChange>,
+    /// Groups that could not be written (e.g. cgroup v1 refuses to take
+    /// CPUs from a group whose child cpusets use them), one line each.
+    pub failures: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// The daemon's RWC: the managed cgroups and what it has changed.
+pub struct CpusetRwc {
+    groups: Vec<Cgroup>,
+    state_file: PathBuf,
+    dry_run: bool,
+    steady: Steady,
+    hidden: Vec<u32>,
+    /// Set once the first write is about to happen (and the state file
+    /// exists); None while nothing was changed.
+    saved: Option<Vec<SavedGroup>>,
+    changes: u64,
+}
+
+/// What `start` found left by a daemon that did not stop cleanly.
+#[derive(Debug)]
+pub struct Recovered {
+    pub pid: u32,
+    pub groups: usize,
+    pub outcome: Outcome,
+}
+
+impl CpusetRwc {
+    /// Checks every cgroup (reads only), and first puts back what a daemon
+    /// that died left changed (its state file); refuses while the daemon
+    /// that wrote the state file still runs.
+    pub fn start(
+        paths: &[PathBuf],
+        state_file: &Path,
+        dry_run: bool,
+    ) -> Result<(CpusetRwc, Option<Recovered>), RwcError> {
+        let groups = paths
+            .iter()
+            .map(|p| {
+                Cgroup::open(p).map_err(|source| RwcError::Cpuset {
+                    path: p.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let recovered = if dry_run {
+            None
+        } else {
+            restore_file(state_file)?
+        };
+        Ok((
+            CpusetRwc {
+                groups,
+                state_file: state_file.to_path_buf(),
+                dry_run,
+                steady: Steady::default(),
+                hidden: Vec::new(),
+                saved: None,
+                changes: 0,
+            },
+            recovered,
+        ))
+    }
+
+    /// Feeds one probe report; writes the cpusets when the (steady)
+    /// hidden set changed and returns what changed. Errs only when the
+    /// state file cannot be written (then nothing was changed).
+    pub fn update(&mut self, report: &ProbeReport) -> Result<Option<Change>, RwcError> {
+        let hidden = self.steady.update(report);
+        if hidden == self.hidden {
+            return Ok(None);
+        }
+        if !self.dry_run && self.saved.is_none() {
+            self.save()?;
+        }
+        let mut groups = Vec::new();
+        let mut failures = Vec::new();
+        for (i, group) in self.groups.iter().enumerate() {
+            let original = match &self.saved {
+                Some(saved) => saved[i].original_cpus.clone(),
+                None => group.configured_cpus().ok().flatten().unwrap_or_default(),
+            };
+            match self.change_group(group, &original, &hidden) {
+                Ok(Some(change)) => groups.push(change),
+                Ok(None) => {}
+                Err(source) => failures.push(crate::error_chain(&RwcError::Cpuset {
+                    path: group.path.clone(),
+                    source,
+                })),
+            }
+        }
+        self.hidden = hidden.clone();
+        self.changes += 1;
+        Ok(Some(Change {
+            hidden,
+            groups,
+            failures,
+            dry_run: self.dry_run,
+        }))
+    }
+
+    /// Writes (unless dry) one group's cpuset for `hidden`: its original
+    /// CPUs without the hidden ones, or the original when nothing is
+    /// hidden or nothing would be left.
+    fn change_group(
+        &self,
+        group: &Cgroup,
+        original: &str,
+        hidden: &[u32],
+    ) -> Result<Option<GroupChange>, CpusetError> {
+        let from = group.configured_cpus()?.unwrap_or_default();
+        let to = match cpuset::without(&base_cpus(group, original)?, hidden) {
+            Some(list) if !hidden.is_empty() => list,
+            _ => original.to_string(),
+        };
+        if from == to {
+            return Ok(None);
+        }
+        if !self.dry_run {
+            group.write_cpus(&to)?;
+        }
+        Ok(Some(GroupChange {
+            path: group.path.clone(),
+            from,
+            to,
+        }))
+    }
+
+    /// The vCPUs hidden now.
+    pub fn hidden(&self) -> &[u32] {
+        &self.hidden
+    }
+
+    /// Changes of the hidden set so far.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Puts every cpuset back and removes the state file, unless
+    /// something could not be put back (the state file then stays, for
+    /// the watchdog, `--restore` or the next start).
+    pub fn restore(&mut self) -> Outcome {
+        let Some(saved) = self.saved.take() else {
+            return Outcome::default();
+        };
+        let outcome = put_back(&saved);
+        if outcome.failures.is_empty() {
+            let _ = std::fs::remove_file(&self.state_file);
+        }
+        self.hidden.clear();
+        outcome
+    }
+
+    /// Records every group's cpuset and enables the controller where v2
+    /// needs it, then writes the state file: before any cpuset changes.
+    fn save(&mut self) -> Result<(), RwcError> {
+        let mut saved = Vec::new();
+        for group in &self.groups {
+            let enabled = group
+                .enable_controller()
+                .map_err(|source| RwcError::Cpuset {
+                    path: group.path.clone(),
+                    source,
+                });
+            let enabled = match enabled {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = put_back(&saved);
+                    return Err(e);
+                }
+            };
+            let original = group.configured_cpus();
+            saved.push(SavedGroup {
+                path: group.path.clone(),
+                hierarchy: group.hierarchy,
+                original_cpus: original.ok().flatten().unwrap_or_default(),
+                controller_enabled_in: enabled,
+            });
+        }
+        let state = SavedState {
+            schema: STATE_SCHEMA.into(),
+            pid: std::process::id(),
+            groups: saved.clone(),
+        };
+        if let Err(e) = write_state(&self.state_file, &state) {
+            let _ = put_back(&saved);
+            return Err(e);
+        }
+        self.saved = Some(saved);
+        Ok(())
+    }
+}
+
+impl Drop for CpusetRwc {
+    fn drop(&mut self) {
+        let outcome = self.restore();
+        for e in &outcome.failures {
+            eprintln!(
+                "vsched daemon: could not restore: {}",
+                crate::error_chain(e)
+            );
+        }
+        for n in &outcome.notes {
+            eprintln!("vsched daemon: {n}");
+        }
+    }
+}
+
+/// The CPUs a group may use when nothing is hidden: its original list, or
+/// (v2, "" = the parent's) its parent's usable CPUs.
+fn base_cpus(group: &Cgroup, original: &str) -> Result<Vec<u32>, CpusetError> {
+    if !original.is_empty() {
+        return parse_cpu_list(original).map_err(|_| CpusetError::Parse {
+            path: group.path.join("cpuset.cpus"),
+            text: original.to_string(),
+        });
+    }
+    match group.path.parent() {
+        Some(parent) if group.hierarchy == Hierarchy::V2 => Cgroup {
+            path: parent.to_path_buf(),
+            hierarchy: Hierarchy::V2,
+        }
+        .usable_cpus(),
+        _ => group.usable_cpus(),
+    }
+}
+
+/// What putting the cpusets back did: what failed (the state file then
+/// stays), and what is back but not byte for byte (`Restored::Explicit`).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub failures: Vec<RwcError>,
+    pub notes: Vec<String>,
+}
+
+fn put_back(saved: &[SavedGroup]) -> Outcome {
+    let mut outcome = Outcome::default();
+    for g in saved {
+        let group = Cgroup {
+            path: g.path.clone(),
+            hierarchy: g.hierarchy,
+        };
+        // A group removed meanwhile has nothing to put back.
+        if !g.path.exists() {
+            continue;
+        }
+        match group.restore_cpus(&g.original_cpus) {
+            // Disabling the controller below removes the file anyway.
+            Ok(Restored::Explicit(list)) if g.controller_enabled_in.is_empty() => {
+                outcome.notes.push(format!(
+                    "{}/cpuset.cpus was empty (the parent's CPUs) and now names them, {list}: \
+                     the kernel does not let a cgroup with tasks go back to empty",
+                    g.path.display()
+                ))
+            }
+            Ok(_) => {}
+            Err(source) => outcome.failures.push(RwcError::Cpuset {
+                path: g.path.clone(),
+                source,
+            }),
+        }
+        for source in cpuset::disable_controller(&g.controller_enabled_in) {
+            outcome.failures.push(RwcError::Cpuset {
+                path: g.path.clone(),
+                source,
+            });
+        }
+    }
+    outcome
+}
+
+/// Puts back what the state file records when the daemon that wrote it is
+/// gone (SIGKILL, a crash); Ok(None) when there is no state file. Refuses
+/// while that daemon still runs.
+pub fn restore_file(state_file: &Path) -> Result<Option<Recovered>, RwcError> {
+    let text = match std::fs::read_to_string(state_file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(RwcError::State {
+                path: state_file.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let state: SavedState = serde_json::from_str(&text).map_err(|e| RwcError::BadState {
+        path: state_file.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    if state.schema != STATE_SCHEMA {
+        return Err(RwcError::BadState {
+            path: state_file.to_path_buf(),
+            detail: format!("schema {:?}", state.schema),
+        });
+    }
+    if state.pid != std::process::id() && daemon_alive(state.pid) {
+        return Err(RwcError::AlreadyManaged {
+            pid: state.pid,
+            path: state_file.to_path_buf(),
+        });
+    }
+    let outcome = put_back(&state.groups);
+    if outcome.failures.is_empty() {
+        std::fs::remove_file(state_file).map_err(|source| RwcError::State {
+            path: state_file.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(Some(Recovered {
+        pid: state.pid,
+        groups: state.groups.len(),
+        outcome,
+    }))
+}
+
+/// Whether `pid` is a running vsched (its command name), not a process
+/// that reused the number.
+fn daemon_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|comm| comm.trim_end() == "vsched")
+}
+
+/// Written to a temporary file and renamed, so that a reader (the
+/// watchdog, the next start) never sees half a state.
+fn write_state(path: &Path, state: &SavedState) -> Result<(), RwcError> {
+    let err = |source| RwcError::State {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let text = serde_json::to_string_pretty(state).expect("plain data serializes");
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_file_of_a_live_daemon_is_refused_and_a_dead_ones_is_put_back() {
+        let dir = std::env::temp_dir().join(format!("vsched-rwc-{}", std::process::id()));
+        let group = dir.join("g");
+        std::fs::create_dir_all(&group).unwrap();
+        std::fs::write(group.join("cgroup.procs"), "").unwrap();
+        std::fs::write(group.join("cpuset.cpus"), "0").unwrap();
+        let state_file = dir.join("state.json");
+        let state = |pid| SavedState {
+            schema: STATE_SCHEMA.into(),
+            pid,
+            groups: vec![SavedGroup {
+                path: group.clone(),
+                hierarchy: Hierarchy::V1,
+                original_cpus: "0-3".into(),
+                controller_enabled_in: vec![],
+            }],
+        };
+        // pid 1 is alive but not vsched: its state is stale.
+        write_state(&state_file, &state(1)).unwrap();
+        let recovered = restore_file(&state_file).unwrap().unwrap();
+        assert_eq!((recovered.pid, recovered.groups), (1, 1));
+        assert!(recovered.outcome.failures.is_empty());
+        assert_eq!(
+            std::fs::read_to_string(group.join("cpuset.cpus")).unwrap(),
+            "0-3"
+        );
+        assert!(!state_file.exists());
+        assert!(restore_file(&state_file).unwrap().is_none());
+        // Our own pid counts as ours (a restart that reused it).
+        write_state(&state_file, &state(std::process::id())).unwrap();
+        assert!(restore_file(&state_file).unwrap().is_some());
+        std::fs::write(&state_file, "{}").unwrap();
+        assert!(matches!(
+            restore_file(&state_file),
+            Err(RwcError::BadState { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
