@@ -6,16 +6,20 @@
 //! the restore watchdog.
 
 use crate::probe_cmd::parse_duration;
+use crate::sched_cmd::possible_cpus;
 use crate::signals;
 use anyhow::{Context, Result};
+use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use vsched_daemon::history::History;
 use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
 use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
 use vsched_daemon::Metrics;
 use vsched_model::report::ProbeReport;
+use vsched_sched::{preflight, Scheduler, Stats, Tunables};
 
 /// The port: unassigned by IANA and not in Prometheus' exporter list's
 /// common range of 9100-9400, so it does not collide with node_exporter
@@ -47,8 +51,17 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
   --rwc-state file) and put back on exit, Ctrl-C and SIGTERM; after a
   SIGKILL its watchdog process puts it back, and so do the next start and
   `vsched daemon --restore` (the systemd unit's ExecStopPost). With
-  --dry-run it only prints what it would write. Where the kernel has
-  sched_ext, `vsched sched` does RWC in the scheduler instead.
+  --dry-run it only prints what it would write.
+
+THE SCHEDULER (--sched, for kernels with sched_ext)
+  With --sched the daemon loads vsched's sched_ext scheduler (what `vsched
+  sched` loads, with its defaults) and hands it every model update; RWC,
+  capacity placement, BVS and IVH then happen in the kernel, for every
+  task. The kernel falls back to its own scheduler when the daemon stops,
+  however it stops. If the kernel ejects the scheduler (its reason is
+  printed), the daemon goes on serving metrics without it. Not together
+  with --rwc-cgroup (the scheduler does RWC for every task already).
+  Opt-in: it replaces the scheduler of the whole VM.
 
 METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_capacity                      1024 = the strongest vCPU
@@ -74,6 +87,10 @@ pub struct DaemonArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
 
+    /// How much of the recent past `vsched status --plot` can draw (kept in memory: about 30 bytes per vCPU and report)
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    history: Duration,
+
     /// The status socket `vsched status` reads (root only; one daemon per socket)
     #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
     socket: PathBuf,
@@ -94,6 +111,10 @@ pub struct DaemonArgs {
     #[arg(long, conflicts_with_all = ["rwc_cgroups", "dry_run"])]
     restore: bool,
 
+    /// Also load vsched's sched_ext scheduler and feed it the model (RWC, capacity, BVS, IVH as `vsched sched` does; Linux 6.12+ with sched_ext)
+    #[arg(long, conflicts_with_all = ["rwc_cgroups", "restore"])]
+    sched: bool,
+
     /// (watchdog) With --restore: wait until standard input closes first
     #[arg(long, requires = "restore", hide = true)]
     after_stdin_closes: bool,
@@ -110,6 +131,16 @@ struct Status<'a> {
     model_updates: u64,
     report: Option<&'a ProbeReport>,
     rwc: Option<&'a RwcStatus>,
+    sched: Option<&'a SchedStatus>,
+}
+
+/// The daemon's scheduler as `vsched status` shows it.
+#[derive(serde::Serialize, Clone, Default)]
+struct SchedStatus {
+    loaded: bool,
+    /// Why the kernel ejected it, if it did.
+    ejected: Option<vsched_sched::ExitInfo>,
+    counters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// User-space RWC as `vsched status` shows it.
@@ -122,11 +153,12 @@ struct RwcStatus {
 }
 
 /// What the main loop shares with the status socket's thread.
-#[derive(Default)]
 struct Latest {
     model_updates: u64,
     report: Option<ProbeReport>,
     rwc: Option<RwcStatus>,
+    sched: Option<SchedStatus>,
+    history: History,
 }
 
 /// Where a relative --rwc-cgroup is looked for.
@@ -186,12 +218,15 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             .context("starting the metrics server")?;
     }
     let latest = Arc::new(Mutex::new(Latest {
+        model_updates: 0,
+        report: None,
         rwc: rwc.as_ref().map(|_| RwcStatus {
             cgroups: groups.clone(),
             dry_run: args.dry_run,
             ..RwcStatus::default()
         }),
-        ..Latest::default()
+        sched: None,
+        history: History::new(u64::try_from(args.history.as_millis()).unwrap_or(u64::MAX)),
     }));
     {
         let (latest, socket) = (Arc::clone(&latest), Arc::clone(&status_socket));
@@ -202,8 +237,11 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         std::thread::Builder::new()
             .name("status".into())
             .spawn(move || {
-                socket.serve(&|| {
+                socket.serve(&|request| {
                     let guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+                    if request == "history" {
+                        return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
+                    }
                     let status = Status {
                         schema: "vsched.daemon-status/v1",
                         pid: std::process::id(),
@@ -212,12 +250,23 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
                         model_updates: guard.model_updates,
                         report: guard.report.as_ref(),
                         rwc: guard.rwc.as_ref(),
+                        sched: guard.sched.as_ref(),
                     };
                     serde_json::to_string(&status).unwrap_or_default()
                 })
             })
             .context("starting the status socket")?;
     }
+    let mut object = MaybeUninit::uninit();
+    let mut sched = if args.sched {
+        preflight::check()?;
+        let s = Scheduler::attach(&mut object, Tunables::default(), possible_cpus(), &[])?;
+        eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
+        Some(s)
+    } else {
+        None
+    };
+    let mut counted = Stats::default();
     let (reports_tx, reports) = mpsc::channel();
     let interval = args.interval;
     std::thread::Builder::new()
@@ -226,6 +275,21 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         .context("starting the probers")?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     while !signals::stopped() {
+        if let Some(info) = sched.as_ref().and_then(|s| s.exit_info()) {
+            eprintln!(
+                "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
+                info.reason, info.kind, info.message
+            );
+            if let Some(s) = sched.take() {
+                s.detach();
+            }
+            metrics.update_sched(false, &[]);
+            let mut guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(status) = guard.sched.as_mut() {
+                status.loaded = false;
+                status.ejected = Some(info);
+            }
+        }
         match reports.recv_timeout(Duration::from_millis(100)) {
             Ok(r) => {
                 metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
@@ -244,6 +308,19 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
                     status.hidden = rwc.hidden().to_vec();
                     status.changes = rwc.changes();
                 }
+                if let Some(s) = &sched {
+                    s.update_model(&vsched_sched::model::from_report(&r, true))?;
+                    let now = s.stats()?;
+                    metrics.update_sched(true, &now.since(&counted).values);
+                    guard.sched = Some(SchedStatus {
+                        loaded: true,
+                        ejected: None,
+                        counters: now.to_json_map(),
+                    });
+                    counted = now;
+                }
+                let hidden = rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
+                guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
                 guard.report = Some(r);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -15,6 +15,7 @@ mod sched_cmd;
 mod signals;
 mod spin_cmd;
 mod status_cmd;
+mod status_plot;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

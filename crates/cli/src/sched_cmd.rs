@@ -52,8 +52,8 @@ pub struct SchedArgs {
 
     /// Treat tasks with this command name (as in `ps -o comm`, 15 characters
     /// at most) as latency-sensitive for BVS from their first wake-up;
-    /// repeatable. Other tasks qualify by their own behaviour: at most
-    /// 0.5 ms of running per wake-up on average over 8 wake-ups.
+    /// repeatable. Other tasks qualify by their own behaviour: most of
+    /// their recent wake-ups ran 0.5 ms or less (once 8 were seen).
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
     latency_sensitive: Vec<String>,
 
@@ -332,7 +332,7 @@ fn on_off(b: bool) -> &'static str {
 }
 
 /// CPU ids the kernel may ever use (the BPF maps are indexed by them).
-fn possible_cpus() -> usize {
+pub(crate) fn possible_cpus() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
     n.max(1) as usize

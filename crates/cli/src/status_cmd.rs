@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use vsched_daemon::history::HistoryAnswer;
 use vsched_daemon::status::{fetch, DEFAULT_SOCKET};
 
 #[derive(clap::Args, Debug)]
@@ -9,12 +10,19 @@ use vsched_daemon::status::{fetch, DEFAULT_SOCKET};
 Reads the model `vsched daemon` keeps (its last probe report) from the
 daemon's root-only socket and prints it as a table, or as JSON with --json
 (schema vsched.daemon-status/v1: pid, start time, metrics URL, number of
-model updates, and the report as `vsched probe --json` prints it). Says so
-and exits 2 when no daemon runs.
+model updates, the report as `vsched probe --json` prints it, and what
+user-space RWC hides). Says so and exits 2 when no daemon runs.
+
+With --plot FILE.svg it draws the daemon's recent past instead (the last
+10 minutes unless the daemon was started with another --history): per
+vCPU, its available share and its inactive episodes (mean and p95) over
+time, and the stretches user-space RWC kept it hidden. --json --history
+prints that history (schema vsched.daemon-history/v1).
 
 EXAMPLES
   sudo vsched status
-  sudo vsched status --json | jq '.report.vcpus[] | {cpu, available_pct}'")]
+  sudo vsched status --json | jq '.report.vcpus[] | {cpu, available_pct}'
+  sudo vsched status --plot vcpus.svg")]
 pub struct StatusArgs {
     /// The daemon's status socket
     #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
@@ -23,10 +31,39 @@ pub struct StatusArgs {
     /// Print the daemon's JSON instead of a table
     #[arg(long)]
     json: bool,
+
+    /// With --json: print the recent past (what --plot draws) instead of the status
+    #[arg(long, requires = "json")]
+    history: bool,
+
+    /// Draw the recent past (availability and inactive episodes per vCPU over time) as SVG
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "json")]
+    plot: Option<PathBuf>,
 }
 
 pub fn run(args: StatusArgs) -> Result<bool> {
-    let text = fetch(&args.socket)?;
+    if let Some(path) = &args.plot {
+        let text = fetch(&args.socket, "history")?;
+        let history: HistoryAnswer = serde_json::from_str(&text)
+            .context("the daemon's history is not what this vsched reads")?;
+        crate::status_plot::write_svg(&history, path)?;
+        eprintln!(
+            "vsched status: drew the last {} s ({} reports) into {}",
+            history
+                .samples
+                .last()
+                .map_or(0, |s| s.unix_ms)
+                .saturating_sub(history.samples.first().map_or(0, |s| s.unix_ms))
+                / 1000,
+            history.samples.len(),
+            path.display()
+        );
+        return Ok(true);
+    }
+    let text = fetch(
+        &args.socket,
+        if args.history { "history" } else { "status" },
+    )?;
     if args.json {
         println!("{text}");
         return Ok(true);

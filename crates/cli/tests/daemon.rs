@@ -383,6 +383,65 @@ fn status(sock: &str, json: bool) -> std::process::Output {
     cmd.output().unwrap()
 }
 
+/// `vsched status --json --history` returns the reports kept so far, each
+/// with every online vCPU, and `--plot` draws them (an SVG with both
+/// panels and a legend entry per vCPU).
+fn status_draws_the_recent_past(sock: &str, cpus: &[u32]) {
+    // Two reports at least, so that the plot has a line to draw.
+    let started = Instant::now();
+    let history = loop {
+        let out = Command::new(VSCHED)
+            .args(["status", "--socket", sock, "--json", "--history"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if h["samples"].as_array().is_some_and(|s| s.len() >= 2) {
+            break h;
+        }
+        assert!(started.elapsed() < FIRST_MODEL_TIMEOUT, "no history: {h}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(history["schema"], "vsched.daemon-history/v1");
+    assert_eq!(history["window_s"], 600, "the default window: {history}");
+    for sample in history["samples"].as_array().unwrap() {
+        let seen: Vec<u64> = sample["vcpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["cpu"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seen, cpus.iter().map(|&c| u64::from(c)).collect::<Vec<_>>());
+    }
+    let svg = std::path::Path::new(sock).with_file_name("status.svg");
+    let out = Command::new(VSCHED)
+        .args(["status", "--socket", sock, "--plot"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "{text:.200}");
+    for label in ["available share per vCPU", "inactive episodes per vCPU"] {
+        assert!(text.contains(label), "{label} missing");
+    }
+    for c in cpus {
+        assert!(
+            text.contains(&format!("vCPU {c}")),
+            "no legend for vCPU {c}"
+        );
+    }
+    let bad = Command::new(VSCHED)
+        .args(["status", "--socket", sock, "--history"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "--history needs --json: {bad:?}"
+    );
+}
+
 /// `vsched status` reads the daemon's model from its socket; with no
 /// daemon it says so; a second daemon on the socket is refused; the
 /// socket a SIGKILLed daemon leaves is replaced by the next one, and a
@@ -435,6 +494,7 @@ fn status_reads_the_model_and_the_socket_survives_a_kill() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "root only");
+    status_draws_the_recent_past(&sock, &cpus);
 
     let second = Command::new(VSCHED)
         .args(["daemon", "--listen", "127.0.0.1:0", "--socket", &sock])

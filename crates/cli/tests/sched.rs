@@ -60,6 +60,45 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
     assert!(text.contains("unloaded after"), "a summary at exit: {text}");
 }
 
+/// `vsched daemon --sched`: the daemon loads the scheduler, feeds it the
+/// model (the status shows it loaded with counters moving and models
+/// written), and SIGTERM unloads it (the kernel's own scheduler is back).
+#[test]
+fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
+    let _guard = common::serial();
+    let cmd = format!(
+        "vsched daemon --sched 2>/tmp/d.log & D=$!; {}; echo \"@state $(cat /sys/kernel/sched_ext/state) $(cat /sys/kernel/sched_ext/root/ops)\"; \
+         for i in $(seq 100); do vsched status --json > /tmp/s.json 2>/dev/null && grep -q '\"model_updates\":[2-9]' /tmp/s.json && break; sleep 0.2; done; \
+         echo \"@status $(tr -d '\\n' < /tmp/s.json)\"; \
+         kill -TERM $D; wait $D; echo \"@exit $?\"; {}; echo \"@after $(cat /sys/kernel/sched_ext/state)\"; cat /tmp/d.log",
+        wait_state("enabled"),
+        wait_state("disabled")
+    );
+    let out = run_in_guest("sched/two-free", &[&cmd]);
+    let (_, text) = &out[0];
+    assert!(text.contains("@state enabled vsched"), "loaded: {text}");
+    let status: Value = serde_json::from_str(
+        text.lines()
+            .find_map(|l| l.strip_prefix("@status "))
+            .unwrap_or_else(|| panic!("{text}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(status["sched"]["loaded"], true, "{status:#}");
+    assert!(
+        status["model_updates"].as_u64().unwrap_or(0) >= 2,
+        "{status:#}"
+    );
+    let decisions: u64 = status["sched"]["counters"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{status:#}"))
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert!(decisions > 0, "the scheduler made decisions: {status:#}");
+    assert!(text.contains("@exit 0"), "{text}");
+    assert!(text.contains("@after disabled"), "unloaded: {text}");
+}
+
 /// Regression: a vCPU kept busy by normal work (here two CPU-bound threads
 /// bound to it; in the adaptability benchmark, everything after RWC hid
 /// its stacked sibling) never ran the SCHED_IDLE task waiting for it, and

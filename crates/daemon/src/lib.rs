@@ -6,10 +6,12 @@
 //!   help text declared once, as data), updated from each probe report;
 //! - `serve`: the loopback HTTP endpoint that answers `GET /metrics`;
 //! - `status`: the root-only Unix socket `vsched status` reads;
+//! - `history`: the last minutes of the model, for `vsched status --plot`;
 //! - `rwc` and `cpuset`: user-space RWC, the configured cgroups' cpusets
 //!   kept off hidden vCPUs and put back as they were.
 
 pub mod cpuset;
+pub mod history;
 pub mod metrics;
 pub mod rwc;
 pub mod serve;

@@ -82,7 +82,12 @@ pub struct Metrics {
     last_update: FloatGauge,
     rwc_hidden: Family<VcpuLabel, Gauge>,
     rwc_changes: Counter,
+    sched_loaded: Gauge,
+    sched_events: Family<EventLabel, Counter>,
 }
+
+/// One label, the scheduler counter's name.
+type EventLabel = Vec<(&'static str, &'static str)>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -137,6 +142,18 @@ impl Metrics {
             "Changes of the set of vCPUs user-space RWC hides (each rewrites the managed cpusets)",
             rwc_changes.clone(),
         );
+        let sched_loaded = Gauge::default();
+        registry.register(
+            "sched_loaded",
+            "1 while the daemon's sched_ext scheduler is loaded (only with --sched)",
+            sched_loaded.clone(),
+        );
+        let sched_events = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "sched_events",
+            "The sched_ext scheduler's decisions by kind (docs/sched.md lists them; only with --sched)",
+            sched_events.clone(),
+        );
         Metrics {
             registry,
             vcpu,
@@ -146,6 +163,8 @@ impl Metrics {
             last_update,
             rwc_hidden,
             rwc_changes,
+            sched_loaded,
+            sched_events,
         }
     }
 
@@ -184,6 +203,17 @@ impl Metrics {
         }
         if changed {
             self.rwc_changes.inc();
+        }
+    }
+
+    /// The scheduler's state: loaded or not, and its counters' increase
+    /// since the last call, by name.
+    pub fn update_sched(&self, loaded: bool, increase: &[(&'static str, u64)]) {
+        self.sched_loaded.set(i64::from(loaded));
+        for &(name, by) in increase {
+            self.sched_events
+                .get_or_create(&vec![("event", name)])
+                .inc_by(by);
         }
     }
 
@@ -346,6 +376,21 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(value(&text, "vsched_rwc_changes_total"), Some(1.0));
+    }
+
+    #[test]
+    fn scheduler_counters_add_up_by_event() {
+        let m = Metrics::new();
+        m.update_sched(true, &[("bvs_idle", 3), ("wake_prev", 0)]);
+        m.update_sched(true, &[("bvs_idle", 2)]);
+        let text = m.render();
+        assert_eq!(value(&text, "vsched_sched_loaded"), Some(1.0));
+        assert_eq!(
+            value(&text, "vsched_sched_events_total{event=\"bvs_idle\"}"),
+            Some(5.0)
+        );
+        m.update_sched(false, &[]);
+        assert_eq!(value(&m.render(), "vsched_sched_loaded"), Some(0.0));
     }
 
     #[test]

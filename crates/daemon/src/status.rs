@@ -1,12 +1,14 @@
-//! The daemon's status socket: a Unix socket, readable by root only, on
-//! which every connection gets the daemon's current status as one JSON
-//! document and is closed. `vsched status` is its client.
+//! The daemon's status socket: a Unix socket, readable by root only. A
+//! client writes one request line ("status", or "history" for the recent
+//! past `vsched status --plot` draws; nothing at all counts as "status"),
+//! gets one JSON document and the connection is closed. `vsched status`
+//! is its client.
 //!
 //! One socket means one daemon: binding finds a socket that answers and
 //! refuses (another daemon runs), or one that does not (a daemon that was
 //! killed left it) and replaces it.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -19,6 +21,12 @@ pub const DEFAULT_SOCKET: &str = "/run/vsched/daemon.sock";
 const SOCKET_MODE: u32 = 0o600;
 /// A client that does not read its answer within this is dropped.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client that sends no request line within this gets the status (a
+/// person with `socat` who types nothing); `vsched status` always sends
+/// one at once.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longer requests are cut: the known ones are a word.
+const MAX_REQUEST: u64 = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -75,13 +83,20 @@ impl StatusSocket {
         })
     }
 
-    /// Answers every connection with `render()` until accepting fails.
-    pub fn serve(&self, render: &dyn Fn() -> String) {
+    /// Answers every connection with `render(request)` until accepting
+    /// fails; `request` is the client's first line, trimmed ("" if none).
+    pub fn serve(&self, render: &dyn Fn(&str) -> String) {
         for stream in self.listener.incoming() {
             let Ok(mut s) = stream else { continue };
+            let _ = s.set_read_timeout(Some(REQUEST_TIMEOUT));
             let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+            let mut request = Vec::new();
+            // The client sends one line and waits: reading ahead of it
+            // takes nothing from it.
+            let _ = BufReader::new((&mut s).take(MAX_REQUEST)).read_until(b'\n', &mut request);
+            let request = String::from_utf8_lossy(&request);
             // A client that goes away only loses its own answer.
-            let _ = s.write_all(render().as_bytes());
+            let _ = s.write_all(render(request.trim()).as_bytes());
         }
     }
 }
@@ -92,8 +107,9 @@ impl Drop for StatusSocket {
     }
 }
 
-/// The daemon's status from its socket at `path`.
-pub fn fetch(path: &Path) -> Result<String, StatusError> {
+/// The daemon's answer to `request` ("status", "history") from its socket
+/// at `path`.
+pub fn fetch(path: &Path, request: &str) -> Result<String, StatusError> {
     let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
             StatusError::NotRunning(path.to_path_buf())
@@ -108,6 +124,8 @@ pub fn fetch(path: &Path) -> Result<String, StatusError> {
         source,
     };
     s.set_read_timeout(Some(CLIENT_TIMEOUT)).map_err(talk)?;
+    s.write_all(format!("{request}\n").as_bytes())
+        .map_err(talk)?;
     let mut text = String::new();
     s.read_to_string(&mut text).map_err(talk)?;
     Ok(text)
@@ -130,8 +148,17 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, SOCKET_MODE);
         let serving = std::sync::Arc::clone(&socket);
-        std::thread::spawn(move || serving.serve(&|| "{\"ok\":true}".into()));
-        assert_eq!(fetch(&path).unwrap(), "{\"ok\":true}");
+        std::thread::spawn(move || {
+            serving.serve(&|request| format!("{{\"asked\":\"{request}\"}}"))
+        });
+        assert_eq!(fetch(&path, "status").unwrap(), "{\"asked\":\"status\"}");
+        assert_eq!(fetch(&path, "history").unwrap(), "{\"asked\":\"history\"}");
+        // A client that sends nothing gets an answer to "" after the
+        // request timeout.
+        let mut quiet = UnixStream::connect(&path).unwrap();
+        let mut text = String::new();
+        quiet.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "{\"asked\":\"\"}");
         assert!(matches!(
             StatusSocket::bind(&path),
             Err(StatusError::AlreadyRunning(_))
@@ -145,10 +172,16 @@ mod tests {
         // A socket file nobody listens on, as SIGKILL leaves it.
         drop(UnixListener::bind(&path).unwrap());
         assert!(path.exists());
-        assert!(matches!(fetch(&path), Err(StatusError::NotRunning(_))));
+        assert!(matches!(
+            fetch(&path, "status"),
+            Err(StatusError::NotRunning(_))
+        ));
         let socket = StatusSocket::bind(&path).unwrap();
         drop(socket);
         assert!(!path.exists(), "removed on drop");
-        assert!(matches!(fetch(&path), Err(StatusError::NotRunning(_))));
+        assert!(matches!(
+            fetch(&path, "status"),
+            Err(StatusError::NotRunning(_))
+        ));
     }
 }
