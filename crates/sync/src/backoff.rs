@@ -8,13 +8,13 @@
 //!    vCPU was switched off: the host is busy, and a lock holder's vCPU is
 //!    as likely to be off; load::LOST_TIME_MEMORY_NS);
 //! 2. yield, only when the machine is oversubscribed by this program's own
-//!    threads: the waiter stays runnable, so whoever releases it pays no
+//!    threads (and other programs' runnable threads would not fill it): the waiter stays runnable, so whoever releases it pays no
 //!    wake-up, but it hands its vCPU to threads that can make progress (the
 //!    user-space form of virtual blocking); bounded by config::YIELD_NS
 //!    (scaled down while yields keep failing: `Share`) so idle threads do
 //!    not stay runnable for ever. When the excess threads
 //!    are other programs', a yield would give them the vCPU for a time
-//!    slice: the waiter sleeps instead (vsched-os's own_threads_oversubscribed);
+//!    slice: the waiter sleeps instead (vsched-os's yield_may_help);
 //! 3. sleep on a futex, with the primitive counting its sleepers so that
 //!    releasers only make a wake-up system call when someone sleeps.
 //!
@@ -224,7 +224,7 @@ fn when_oversubscribed(deadline: Option<&Deadline>) -> Option<Phase> {
     if !crate::load::oversubscribed() {
         return None;
     }
-    if !crate::load::own_threads_in_excess() {
+    if !crate::load::yield_may_help() {
         bump(Counter::yields_declined);
         return Some(Phase::Sleep);
     }
@@ -261,7 +261,7 @@ fn first_phase(deadline: Option<&Deadline>) -> Phase {
 #[cfg(not(loom))]
 fn keep_yielding(since_ns: u64, yields: u32) -> bool {
     let still_oversubscribed = yields % YIELDS_PER_LOAD_CHECK != YIELDS_PER_LOAD_CHECK - 1
-        || (crate::load::oversubscribed() && crate::load::own_threads_in_excess());
+        || (crate::load::oversubscribed() && crate::load::yield_may_help());
     still_oversubscribed
         && mono_ns().saturating_sub(since_ns) < yield_share().of(crate::config::yield_ns())
 }

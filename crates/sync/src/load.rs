@@ -1,8 +1,9 @@
 //! What the machine and this process look like to a waiter, cheaply:
 //! - is the machine oversubscribed (more runnable threads than vCPUs)? The
 //!   rule and the /proc/loadavg reader are vsched-os's;
-//! - are this process's own threads more than its vCPUs? Its thread count
-//!   (/proc/self/stat) less the threads asleep in the runtime;
+//! - may a yield reach this process's own threads? Its thread count
+//!   (/proc/self/stat) less the threads asleep in the runtime, against
+//!   the vCPUs and the other programs' runnable threads;
 //! - did a waiter of this process lose time to the host (or the guest)
 //!   a moment ago?
 //!
@@ -19,6 +20,8 @@ static ONLINE_VCPUS: AtomicU64 = AtomicU64::new(1);
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(0);
 static REFRESHING: AtomicBool = AtomicBool::new(false);
 static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
+/// The machine's runnable count at the last refresh.
+static RUNNABLE: AtomicU64 = AtomicU64::new(0);
 /// The process's threads at the last refresh (1 until read: the yield
 /// rule then never holds, which is glibc's behaviour).
 static THREADS: AtomicU64 = AtomicU64::new(1);
@@ -57,15 +60,19 @@ pub fn oversubscribed() -> bool {
     OVERSUBSCRIBED.load(Relaxed)
 }
 
-/// True when this process has more threads that are not asleep in the
-/// runtime than it has vCPUs: a yield may then hand the vCPU to one of its
-/// own threads (see `load::own_threads_oversubscribed` for why the excess
-/// must be ours). The thread count is the one `oversubscribed` refreshed:
-/// callers ask it first (the two are only meaningful together), so this
-/// reads no clock.
-pub fn own_threads_in_excess() -> bool {
+/// True when a yield may hand the vCPU to this program's own threads: more
+/// of them are awake (not asleep in the runtime) than vCPUs, and other
+/// programs' runnable threads would not fill the vCPUs alone (see
+/// `load::yield_may_help`). The counts are the ones `oversubscribed` just
+/// refreshed: callers ask it first (the two are only meaningful together),
+/// so this reads no clock.
+pub fn yield_may_help() -> bool {
     let awake = THREADS.load(Relaxed).saturating_sub(SLEEPING.load(Relaxed));
-    load::own_threads_oversubscribed(awake, crate::config::VCPUS.load(Relaxed) as u64)
+    load::yield_may_help(
+        awake,
+        RUNNABLE.load(Relaxed),
+        crate::config::VCPUS.load(Relaxed) as u64,
+    )
 }
 
 /// A futex sleep of the runtime begins (the thread no longer competes for
@@ -101,6 +108,7 @@ fn refresh_if_stale() {
         && !REFRESHING.swap(true, Acquire)
     {
         if let Some(runnable) = read_runnable() {
+            RUNNABLE.store(runnable, Relaxed);
             OVERSUBSCRIBED.store(
                 load::oversubscribed(runnable, ONLINE_VCPUS.load(Relaxed), load::RUNTIME_SLACK),
                 Relaxed,
