@@ -70,6 +70,7 @@ METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_hidden_steal_ratio            time lost but not reported
   vsched_vcpu_inactive_episode_mean_seconds, ..._p95_seconds
   vsched_vcpu_stacked, vsched_vcpu_straggler  0 or 1
+  vsched_vcpu_pair_latency_seconds{vcpu_a,vcpu_b,relation}  per vCPU pair
   and vsched_model_updates_total, vsched_probe_cpu_ratio (what the
   probers take from programs, share of one vCPU), vsched_probe_idle_cpu_ratio
   (light-phase spinning on idle cycles), vsched_model_update_timestamp_seconds.
@@ -293,6 +294,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         match reports.recv_timeout(Duration::from_millis(100)) {
             Ok(r) => {
                 metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
+                metrics.update_topology(r.topology.as_ref());
                 if let Some(rwc) = rwc.as_mut() {
                     let change = rwc.update(&r).context(
                         "user-space RWC could not save the cpusets; nothing was changed",

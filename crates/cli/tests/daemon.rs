@@ -356,20 +356,7 @@ fn the_systemd_unit_verifies_cleanly() {
     ] {
         let copy = dir.join(name);
         std::fs::write(&copy, text.replace("/usr/bin/vsched", VSCHED)).unwrap();
-        let out = Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(&copy)
-            .output()
-            .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success() && said.trim().is_empty(),
-            "{name}: {said}"
-        );
+        common::assert_unit_verifies(&copy);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

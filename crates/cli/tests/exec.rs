@@ -11,13 +11,7 @@ use std::process::Command;
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 
 fn library() -> PathBuf {
-    let lib = Path::new(VSCHED).with_file_name("libvsched_sync.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: build the workspace first (cargo build --release --workspace)",
-        lib.display()
-    );
-    lib
+    common::sync_library()
 }
 
 /// A temporary directory removed when the test ends.

@@ -121,16 +121,6 @@ fn package(test: &str) -> Option<&'static Package> {
     Some(PACKAGE.get_or_init(build_package))
 }
 
-fn sync_library() -> PathBuf {
-    let lib = Path::new(VSCHED).with_file_name("libvsched_sync.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: build the workspace first (cargo build --release --workspace)",
-        lib.display()
-    );
-    lib
-}
-
 fn build_package() -> Package {
     let dir = scratch().join("package");
     let out_dir = dir.join("out");
@@ -140,7 +130,7 @@ fn build_package() -> Package {
         Command::new("bash")
             .arg(&script)
             .args(["--bin", VSCHED, "--lib"])
-            .arg(sync_library())
+            .arg(common::sync_library())
             .arg("--out")
             .arg(&out_dir)
             .env_remove("VSCHED_BIN")
@@ -481,17 +471,23 @@ fn the_unit_and_its_files_are_in_the_package() {
         unit.replace("/usr/bin/vsched", unpacked.to_str().unwrap()),
     )
     .unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&copy)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    common::assert_unit_verifies(&copy);
+}
+
+/// What an enabled, running service leaves under `root`: its socket in
+/// /run/vsched and the enable link (purge must remove both).
+/// Returns the enable link's path.
+fn leave_service_traces(root: &Path) -> PathBuf {
+    std::fs::create_dir_all(root.join("run/vsched")).unwrap();
+    std::fs::write(root.join("run/vsched/daemon.sock"), "").unwrap();
+    let wants = root.join("etc/systemd/system/multi-user.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink(
+        "/usr/lib/systemd/system/vsched.service",
+        wants.join("vsched.service"),
+    )
+    .unwrap();
+    wants.join("vsched.service")
 }
 
 /// Paragraphs of a deb822 file.
@@ -748,15 +744,7 @@ fn the_maintainer_scripts_are_posix_idempotent_and_keep_to_dpkg_root() {
         root.join("etc/default/vsched"),
     )
     .unwrap();
-    std::fs::create_dir_all(root.join("run/vsched")).unwrap();
-    std::fs::write(root.join("run/vsched/daemon.sock"), "").unwrap();
-    let wants = root.join("etc/systemd/system/multi-user.target.wants");
-    std::fs::create_dir_all(&wants).unwrap();
-    std::os::unix::fs::symlink(
-        "/usr/lib/systemd/system/vsched.service",
-        wants.join("vsched.service"),
-    )
-    .unwrap();
+    let enable_link = leave_service_traces(&root);
     let dropin = root.join("etc/systemd/system/vsched.service.d/local.conf");
     std::fs::create_dir_all(dropin.parent().unwrap()).unwrap();
     std::fs::write(&dropin, "[Service]\n").unwrap();
@@ -782,7 +770,7 @@ fn the_maintainer_scripts_are_posix_idempotent_and_keep_to_dpkg_root() {
     script("postrm", &["purge"]);
     assert!(!root.join("etc/default/vsched").exists());
     assert!(!root.join("run/vsched").exists());
-    assert!(std::fs::symlink_metadata(wants.join("vsched.service")).is_err());
+    assert!(std::fs::symlink_metadata(&enable_link).is_err());
     assert!(dropin.exists(), "purge removed the administrator's drop-in");
     assert!(
         !log.exists(),
@@ -873,15 +861,7 @@ fn installs_and_purges_cleanly_in_a_private_root() {
     assert!(status(&root).contains("Status: deinstall ok config-files"));
 
     // What a running service would have left.
-    std::fs::create_dir_all(root.join("run/vsched")).unwrap();
-    std::fs::write(root.join("run/vsched/daemon.sock"), "").unwrap();
-    let wants = root.join("etc/systemd/system/multi-user.target.wants");
-    std::fs::create_dir_all(&wants).unwrap();
-    std::os::unix::fs::symlink(
-        "/usr/lib/systemd/system/vsched.service",
-        wants.join("vsched.service"),
-    )
-    .unwrap();
+    let enable_link = leave_service_traces(&root);
 
     dpkg(&root, &fakebin, &["--purge", "vsched"]);
     assert!(
@@ -890,7 +870,7 @@ fn installs_and_purges_cleanly_in_a_private_root() {
         status(&root)
     );
     assert!(!conf.exists() && !root.join("run/vsched").exists());
-    assert!(std::fs::symlink_metadata(wants.join("vsched.service")).is_err());
+    assert!(std::fs::symlink_metadata(&enable_link).is_err());
     let left: Vec<_> = walk(&root)
         .into_iter()
         .filter(|p| !p.starts_with(root.join("var/lib/dpkg")) && p.is_file())

@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
-use vsched_model::report::{Overhead, VcpuReport};
+use vsched_model::report::{Overhead, TopologyReport, VcpuReport};
 
 /// A float gauge (the default Gauge holds i64).
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -84,7 +84,11 @@ pub struct Metrics {
     rwc_changes: Counter,
     sched_loaded: Gauge,
     sched_events: Family<EventLabel, Counter>,
+    pair_latency: Family<PairLabel, FloatGauge>,
 }
+
+/// Two vCPUs (the lower-numbered first) and how they relate.
+type PairLabel = Vec<(&'static str, String)>;
 
 /// One label, the scheduler counter's name.
 type EventLabel = Vec<(&'static str, &'static str)>;
@@ -142,6 +146,12 @@ impl Metrics {
             "Changes of the set of vCPUs user-space RWC hides (each rewrites the managed cpusets)",
             rwc_changes.clone(),
         );
+        let pair_latency = Family::<PairLabel, FloatGauge>::default();
+        registry.register(
+            "vcpu_pair_latency_seconds",
+            "One-way cache-line transfer latency between two vCPUs (label relation: smt, llc, cross_llc, cross_socket; stacked pairs have none), from the last topology probe",
+            pair_latency.clone(),
+        );
         let sched_loaded = Gauge::default();
         registry.register(
             "sched_loaded",
@@ -165,6 +175,7 @@ impl Metrics {
             rwc_changes,
             sched_loaded,
             sched_events,
+            pair_latency,
         }
     }
 
@@ -190,6 +201,41 @@ impl Metrics {
         }
         self.last_update.set(unix_time_ms as f64 / 1e3);
         self.updates.inc();
+    }
+
+    /// The topology probe's pair latencies (a report without a topology
+    /// leaves the last ones; a pair no longer measured disappears).
+    pub fn update_topology(&self, topology: Option<&TopologyReport>) {
+        let Some(t) = topology else { return };
+        self.pair_latency.clear();
+        for (i, &a) in t.cpus.iter().enumerate() {
+            for (j, &b) in t.cpus.iter().enumerate().skip(i + 1) {
+                let latency = t
+                    .latency_ns
+                    .get(i)
+                    .and_then(|row| row.get(j))
+                    .copied()
+                    .flatten();
+                let relation = t
+                    .relation
+                    .get(i)
+                    .and_then(|row| row.get(j))
+                    .copied()
+                    .flatten();
+                if let (Some(ns), Some(rel)) = (latency, relation) {
+                    let rel = serde_json::to_value(rel)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    let label = vec![
+                        ("vcpu_a", a.to_string()),
+                        ("vcpu_b", b.to_string()),
+                        ("relation", rel),
+                    ];
+                    self.pair_latency.get_or_create(&label).set(ns / 1e9);
+                }
+            }
+        }
     }
 
     /// User-space RWC's state after a report: `vcpus` are the report's,
@@ -376,6 +422,32 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(value(&text, "vsched_rwc_changes_total"), Some(1.0));
+    }
+
+    #[test]
+    fn pair_latencies_are_served_once_per_pair_with_their_relation() {
+        let t: TopologyReport = serde_json::from_value(serde_json::json!({
+            "mode": "full", "valid": null, "cpus": [0, 1, 2],
+            "latency_ns": [[null, 75.0, null], [75.0, null, 90.0], [null, 90.0, null]],
+            "relation": [[null, "llc", "stacked"], ["llc", null, "cross_llc"], ["stacked", "cross_llc", null]],
+            "levels": [], "pairs_probed": 3, "pairs_inferred": 0, "probes": []
+        }))
+        .unwrap();
+        let m = Metrics::new();
+        m.update_topology(Some(&t));
+        m.update_topology(None);
+        let text = m.render();
+        assert_eq!(
+            value(
+                &text,
+                "vsched_vcpu_pair_latency_seconds{vcpu_a=\"0\",vcpu_b=\"1\",relation=\"llc\"}"
+            ),
+            Some(75e-9)
+        );
+        assert!(text.contains("relation=\"cross_llc\""));
+        // Stacked pairs have no latency; no pair twice.
+        assert!(!text.contains("relation=\"stacked\""));
+        assert!(!text.contains("vcpu_a=\"1\",vcpu_b=\"0\""));
     }
 
     #[test]

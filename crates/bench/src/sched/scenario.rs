@@ -152,6 +152,17 @@ const fn overhead(
     }
 }
 
+/// vSched Fig. 4's kernel: 4 barrier threads, 100 rounds of 400,000
+/// iterations (about 0.2 s on the two good vCPUs under TCG).
+const RWC_WORKLOAD: &[&str] = &["barrier", "4", "100", "400000"];
+/// Both RWC scenarios (scheduler and cpuset) aim at the same: 1.5x the
+/// default, 80% of pinning to the good vCPUs.
+const RWC_GOAL: Goal = Goal {
+    min_speedup: 1.5,
+    min_of_oracle: Some(0.8),
+    max_recovery_s: None,
+};
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "rwc",
@@ -159,7 +170,7 @@ pub const SCENARIOS: &[Scenario] = &[
                is a straggler (10% cap) and two are stacked on one host CPU",
         layout_file: "lab/sched/bench-rwc.toml",
         layout: include_str!("../../../../lab/sched/bench-rwc.toml"),
-        workload: &["barrier", "4", "100", "400000"],
+        workload: RWC_WORKLOAD,
         metric: "elapsed_s",
         oracle_cpus: Some("0,1"),
         vsched_flags: "",
@@ -167,11 +178,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         timeline: None,
-        goal: Goal {
-            min_speedup: 1.5,
-            min_of_oracle: Some(0.8),
-            max_recovery_s: None,
-        },
+        goal: RWC_GOAL,
     },
     Scenario {
         name: "rwc-cpuset",
@@ -180,7 +187,7 @@ pub const SCENARIOS: &[Scenario] = &[
                keeps off the straggler and the stacked vCPU (every variant runs in the cgroup)",
         layout_file: "lab/daemon/rwc.toml",
         layout: include_str!("../../../../lab/daemon/rwc.toml"),
-        workload: &["barrier", "4", "100", "400000"],
+        workload: RWC_WORKLOAD,
         metric: "elapsed_s",
         oracle_cpus: Some("0,1"),
         vsched_flags: "",
@@ -188,11 +195,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: true,
         timeline: None,
-        goal: Goal {
-            min_speedup: 1.5,
-            min_of_oracle: Some(0.8),
-            max_recovery_s: None,
-        },
+        goal: RWC_GOAL,
     },
     Scenario {
         name: "capacity",

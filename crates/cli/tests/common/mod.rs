@@ -59,6 +59,38 @@ pub fn vsched(args: &[&str]) -> Output {
         .expect("running vsched")
 }
 
+/// The preload runtime built beside the binary under test.
+pub fn sync_library() -> std::path::PathBuf {
+    let lib =
+        std::path::Path::new(env!("CARGO_BIN_EXE_vsched")).with_file_name("libvsched_sync.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: build the workspace first (cargo build --release --workspace)",
+        lib.display()
+    );
+    lib
+}
+
+/// Asserts that `systemd-analyze verify UNIT` exits 0 and prints nothing
+/// (it exits 0 even for settings it ignores: silence is the check).
+pub fn assert_unit_verifies(unit: &std::path::Path) {
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(unit)
+        .output()
+        .expect("running systemd-analyze");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "{}: {said}",
+        unit.display()
+    );
+}
+
 pub fn online_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     vsched_model::cpulist::parse_cpu_list(&text).unwrap()
