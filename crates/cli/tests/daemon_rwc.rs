@@ -3,7 +3,8 @@
 //! the guest): the cgroup's tasks are kept off the hidden vCPUs, and the
 //! cpuset and the root's controllers are back as before after SIGTERM,
 //! after SIGKILL (the watchdog), after SIGKILL of daemon and watchdog
-//! (`--restore`, and the next start). Bad input is refused on the host.
+//! (`--restore`, and the next start); the same for a cgroup v1 cpuset.
+//! Bad input is refused on the host.
 //! Needs what the lab needs (root, qemu-system-x86, busybox-static).
 
 mod common;
@@ -157,6 +158,56 @@ fn rwc_keeps_a_cgroup_off_hidden_vcpus_and_puts_its_cpuset_back() {
     assert_eq!(
         (dry["cpus"].as_str(), dry["files"].as_str()),
         ("", ""),
+        "{out}"
+    );
+}
+
+/// The same on cgroup v1: a cpuset hierarchy mounted in the guest, a
+/// child cpuset holding every CPU; the daemon narrows it and SIGTERM puts
+/// the list back.
+const SCRIPT_V1: &str = r#"
+mount -t tmpfs none /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpuset
+mount -t cgroup -o cpuset cpuset /sys/fs/cgroup/cpuset
+G=/sys/fs/cgroup/cpuset/work
+mkdir $G && cat /sys/fs/cgroup/cpuset/cpuset.cpus > $G/cpuset.cpus && cat /sys/fs/cgroup/cpuset/cpuset.mems > $G/cpuset.mems
+ALL=$(cat $G/cpuset.cpus)
+echo "@v1-before cpus=[$ALL]"
+vsched daemon --rwc-cgroup $G 2>/tmp/v1.log & D=$!
+for i in $(seq 300); do c=$(cat $G/cpuset.cpus); [ "$c" != "$ALL" ] && ! echo "$c" | grep -q 3 && break; sleep 0.1; done
+sh -c "echo \$\$ > $G/tasks && exec sleep 60" & W=$!
+sleep 0.3
+echo "@v1-during cpus=[$(cat $G/cpuset.cpus)] allowed=[$(grep Cpus_allowed_list /proc/$W/status | cut -f2)]"
+kill -TERM $D; wait $D; E=$?
+echo "@v1-after exit=$E cpus=[$(cat $G/cpuset.cpus)] files=[$(ls /run/vsched 2>/dev/null | grep -v sock)]"
+kill $W
+cat /tmp/v1.log
+"#;
+
+#[test]
+fn rwc_narrows_a_cgroup_v1_cpuset_and_puts_it_back() {
+    let _guard = common::serial();
+    let out = run_in_guest("daemon/rwc", &[SCRIPT_V1]);
+    let (code, out) = &out[0];
+    println!("{out}");
+    assert_eq!(*code, Some(0), "{out}");
+    assert_eq!(step(out, "v1-before")["cpus"], "0-3", "{out}");
+    let during = step(out, "v1-during");
+    let kept = cpus(&during["cpus"]);
+    assert!(kept.contains(&0) && !kept.contains(&3), "{out}");
+    assert_eq!(
+        kept.iter().filter(|c| [1, 2].contains(c)).count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(cpus(&during["allowed"]), kept, "{out}");
+    let after = step(out, "v1-after");
+    assert_eq!(
+        (
+            after["exit"].as_str(),
+            after["cpus"].as_str(),
+            after["files"].as_str()
+        ),
+        ("0", "0-3", ""),
         "{out}"
     );
 }

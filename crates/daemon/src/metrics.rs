@@ -376,6 +376,18 @@ mod tests {
             Some(&Overhead::default()),
             0,
         );
+        // What --rwc-cgroup, --sched and a topology probe add.
+        m.update_rwc(&[vcpu(0, Some(1024), 97.0, false)], &[], true);
+        m.update_sched(true, &[("wake_prev", 1)]);
+        m.update_topology(Some(
+            &serde_json::from_value(serde_json::json!({
+                "mode": "full", "valid": null, "cpus": [0, 1],
+                "latency_ns": [[null, 75.0], [75.0, null]],
+                "relation": [[null, "llc"], ["llc", null]],
+                "levels": [], "pairs_probed": 1, "pairs_inferred": 0, "probes": []
+            }))
+            .unwrap(),
+        ));
         let served: std::collections::BTreeSet<String> = m
             .render()
             .lines()

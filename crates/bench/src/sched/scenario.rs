@@ -387,12 +387,13 @@ mod tests {
                 "{}: the bench adds the workload",
                 s.name
             );
-            assert_eq!(
-                l.kernel,
-                vsched_lab::kernel::KernelChoice::SchedExt,
-                "{}",
-                s.name
-            );
+            // The daemon's scenarios are for kernels without sched_ext.
+            let wanted = if s.daemon {
+                vsched_lab::kernel::KernelChoice::Default
+            } else {
+                vsched_lab::kernel::KernelChoice::SchedExt
+            };
+            assert_eq!(l.kernel, wanted, "{}", s.name);
         }
     }
 
