@@ -395,10 +395,23 @@ pub fn restore_file(state_file: &Path) -> Result<Option<Recovered>, RwcError> {
 }
 
 /// Whether `pid` is a running vsched (its command name), not a process
-/// that reused the number.
+/// that reused the number, nor a killed daemon its parent has not reaped
+/// yet (a zombie keeps its name: seen in the lab, where the watchdog took
+/// the SIGKILLed daemon for a live one and left the cpusets changed).
 fn daemon_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .is_ok_and(|comm| comm.trim_end() == "vsched")
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| running_vsched(&stat))
+}
+
+/// From a /proc/PID/stat line: the command is vsched and the process is
+/// neither a zombie nor dead. The command (in parentheses) may hold
+/// spaces and parentheses itself: the state follows the last ')'.
+fn running_vsched(stat: &str) -> bool {
+    let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+        return false;
+    };
+    let comm = &stat[open + 1..close];
+    let state = stat[close + 1..].trim_start().chars().next();
+    comm == "vsched" && !matches!(state, Some('Z' | 'X' | 'x') | None)
 }
 
 /// Written to a temporary file and renamed, so that a reader (the
@@ -423,6 +436,20 @@ fn write_state(path: &Path, state: &SavedState) -> Result<(), RwcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a SIGKILLed daemon not yet reaped (a zombie) counted
+    /// as alive, and its watchdog refused to restore.
+    #[test]
+    fn a_zombie_daemon_is_not_alive() {
+        assert!(running_vsched("123 (vsched) S 1 123 123 0 -1"));
+        assert!(!running_vsched("123 (vsched) Z 1 123 123 0 -1"));
+        assert!(!running_vsched("123 (vsched) X 1"));
+        assert!(!running_vsched("123 (sh) S 1"));
+        assert!(!running_vsched("123 (a) b) S 1"));
+        assert!(!running_vsched("garbage"));
+        // This test process is alive but not named vsched.
+        assert!(!daemon_alive(std::process::id()));
+    }
 
     #[test]
     fn a_state_file_of_a_live_daemon_is_refused_and_a_dead_ones_is_put_back() {
