@@ -192,19 +192,11 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         .iter()
         .map(|p| std::path::Path::new(CGROUP_ROOT).join(p))
         .collect();
-    // Declared before `rwc` so that it is dropped after it: the watchdog
-    // must not wake while this daemon's own restore may still be due.
+    // Declared before the RWC state (inside `daemon`) so that it is dropped
+    // after it: the watchdog must not wake while this daemon's own restore
+    // may still be due.
     let mut _watchdog = None;
-    let mut rwc = if groups.is_empty() {
-        None
-    } else {
-        let (rwc, recovered) = CpusetRwc::start(&groups, &args.rwc_state, args.dry_run)
-            .context("setting up user-space RWC (see --rwc-cgroup, --rwc-state)")?;
-        if let Some(r) = recovered {
-            report_recovered(&r);
-        }
-        Some(rwc)
-    };
+    let rwc = start_rwc(&groups, &args)?;
     if rwc.is_some() && !args.dry_run {
         // Holds the watchdog's standard input open while this process lives.
         _watchdog = Some(Watchdog::spawn(&args.rwc_state)?);
@@ -229,37 +221,13 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         sched: None,
         history: History::new(u64::try_from(args.history.as_millis()).unwrap_or(u64::MAX)),
     }));
-    {
-        let (latest, socket) = (Arc::clone(&latest), Arc::clone(&status_socket));
-        let started_unix_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let metrics_url = format!("http://{bound}/metrics");
-        std::thread::Builder::new()
-            .name("status".into())
-            .spawn(move || {
-                socket.serve(&|request| {
-                    let guard = latest.lock().unwrap_or_else(|e| e.into_inner());
-                    if request == "history" {
-                        return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
-                    }
-                    let status = Status {
-                        schema: "vsched.daemon-status/v1",
-                        pid: std::process::id(),
-                        started_unix_s,
-                        metrics_url: metrics_url.clone(),
-                        model_updates: guard.model_updates,
-                        report: guard.report.as_ref(),
-                        rwc: guard.rwc.as_ref(),
-                        sched: guard.sched.as_ref(),
-                    };
-                    serde_json::to_string(&status).unwrap_or_default()
-                })
-            })
-            .context("starting the status socket")?;
-    }
+    serve_status(
+        status_socket,
+        Arc::clone(&latest),
+        format!("http://{bound}/metrics"),
+    )?;
     let mut object = MaybeUninit::uninit();
-    let mut sched = if args.sched {
+    let sched = if args.sched {
         preflight::check()?;
         let s = Scheduler::attach(&mut object, Tunables::default(), possible_cpus(), &[])?;
         eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
@@ -267,7 +235,13 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     } else {
         None
     };
-    let mut counted = Stats::default();
+    let mut daemon = Running {
+        metrics,
+        latest,
+        rwc,
+        sched,
+        counted: Stats::default(),
+    };
     let (reports_tx, reports) = mpsc::channel();
     let interval = args.interval;
     std::thread::Builder::new()
@@ -276,55 +250,9 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         .context("starting the probers")?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     while !signals::stopped() {
-        if let Some(info) = sched.as_ref().and_then(|s| s.exit_info()) {
-            eprintln!(
-                "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
-                info.reason, info.kind, info.message
-            );
-            if let Some(s) = sched.take() {
-                s.detach();
-            }
-            metrics.update_sched(false, &[]);
-            let mut guard = latest.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(status) = guard.sched.as_mut() {
-                status.loaded = false;
-                status.ejected = Some(info);
-            }
-        }
+        daemon.notice_ejection();
         match reports.recv_timeout(Duration::from_millis(100)) {
-            Ok(r) => {
-                metrics.update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
-                metrics.update_topology(r.topology.as_ref());
-                if let Some(rwc) = rwc.as_mut() {
-                    let change = rwc.update(&r).context(
-                        "user-space RWC could not save the cpusets; nothing was changed",
-                    )?;
-                    if let Some(c) = &change {
-                        print_change(c);
-                    }
-                    metrics.update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
-                }
-                let mut guard = latest.lock().unwrap_or_else(|e| e.into_inner());
-                guard.model_updates += 1;
-                if let (Some(status), Some(rwc)) = (guard.rwc.as_mut(), rwc.as_ref()) {
-                    status.hidden = rwc.hidden().to_vec();
-                    status.changes = rwc.changes();
-                }
-                if let Some(s) = &sched {
-                    s.update_model(&vsched_sched::model::from_report(&r, true))?;
-                    let now = s.stats()?;
-                    metrics.update_sched(true, &now.since(&counted).values);
-                    guard.sched = Some(SchedStatus {
-                        loaded: true,
-                        ejected: None,
-                        counters: now.to_json_map(),
-                    });
-                    counted = now;
-                }
-                let hidden = rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
-                guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
-                guard.report = Some(r);
-            }
+            Ok(report) => daemon.take(report)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 anyhow::bail!("the probers stopped")
@@ -334,11 +262,140 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // The socket file goes with the last reference (the status thread's
     // stays blocked in accept until the process exits): remove it now.
     let _ = std::fs::remove_file(&args.socket);
-    let clean = rwc
-        .as_mut()
-        .is_none_or(|rwc| report_outcome(&rwc.restore()));
+    let clean = daemon.stop();
     eprintln!("vsched daemon: stopped");
     Ok(clean)
+}
+
+/// User-space RWC for `--rwc-cgroup` (None without it), after putting back
+/// what a daemon that died left changed.
+fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>> {
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    let (rwc, recovered) = CpusetRwc::start(groups, &args.rwc_state, args.dry_run)
+        .context("setting up user-space RWC (see --rwc-cgroup, --rwc-state)")?;
+    if let Some(r) = recovered {
+        report_recovered(&r);
+    }
+    Ok(Some(rwc))
+}
+
+/// Answers the status socket from `latest` on a thread of its own.
+fn serve_status(
+    socket: Arc<StatusSocket>,
+    latest: Arc<Mutex<Latest>>,
+    metrics_url: String,
+) -> Result<()> {
+    let started_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    std::thread::Builder::new()
+        .name("status".into())
+        .spawn(move || {
+            socket.serve(&|request| {
+                let guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+                if request == "history" {
+                    return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
+                }
+                let status = Status {
+                    schema: "vsched.daemon-status/v1",
+                    pid: std::process::id(),
+                    started_unix_s,
+                    metrics_url: metrics_url.clone(),
+                    model_updates: guard.model_updates,
+                    report: guard.report.as_ref(),
+                    rwc: guard.rwc.as_ref(),
+                    sched: guard.sched.as_ref(),
+                };
+                serde_json::to_string(&status).unwrap_or_default()
+            })
+        })
+        .context("starting the status socket")?;
+    Ok(())
+}
+
+/// What the main loop acts on: each probe report goes to the metrics, to
+/// user-space RWC, to the scheduler and to what the status socket shows.
+struct Running<'obj> {
+    metrics: Arc<Metrics>,
+    latest: Arc<Mutex<Latest>>,
+    rwc: Option<CpusetRwc>,
+    sched: Option<Scheduler<'obj>>,
+    /// The scheduler's counters as last put into the metrics.
+    counted: Stats,
+}
+
+impl Running<'_> {
+    fn take(&mut self, r: ProbeReport) -> Result<()> {
+        self.metrics
+            .update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
+        self.metrics.update_topology(r.topology.as_ref());
+        if let Some(rwc) = self.rwc.as_mut() {
+            let change = rwc
+                .update(&r)
+                .context("user-space RWC could not save the cpusets; nothing was changed")?;
+            if let Some(c) = &change {
+                print_change(c);
+            }
+            self.metrics
+                .update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
+        }
+        let mut guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        guard.model_updates += 1;
+        if let (Some(status), Some(rwc)) = (guard.rwc.as_mut(), self.rwc.as_ref()) {
+            status.hidden = rwc.hidden().to_vec();
+            status.changes = rwc.changes();
+        }
+        if let Some(s) = &self.sched {
+            s.update_model(&vsched_sched::model::from_report(&r, true))?;
+            let now = s.stats()?;
+            self.metrics
+                .update_sched(true, &now.since(&self.counted).values);
+            guard.sched = Some(SchedStatus {
+                loaded: true,
+                ejected: None,
+                counters: now.to_json_map(),
+            });
+            self.counted = now;
+        }
+        let hidden = self.rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
+        guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
+        guard.report = Some(r);
+        Ok(())
+    }
+
+    /// If the kernel ejected the scheduler: say why and go on without it.
+    fn notice_ejection(&mut self) {
+        let Some(info) = self.sched.as_ref().and_then(|s| s.exit_info()) else {
+            return;
+        };
+        eprintln!(
+            "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
+            info.reason, info.kind, info.message
+        );
+        if let Some(s) = self.sched.take() {
+            s.detach();
+        }
+        self.metrics.update_sched(false, &[]);
+        let mut guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(status) = guard.sched.as_mut() {
+            status.loaded = false;
+            status.ejected = Some(info);
+        }
+    }
+
+    /// Unloads the scheduler and puts the cpusets back; false when
+    /// something could not be put back.
+    fn stop(&mut self) -> bool {
+        if let Some(s) = self.sched.take() {
+            s.detach();
+            eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
+        }
+        self.rwc
+            .as_mut()
+            .is_none_or(|rwc| report_outcome(&rwc.restore()))
+    }
 }
 
 fn print_change(c: &rwc::Change) {
