@@ -87,7 +87,7 @@ pub struct RealBenchArgs {
     #[arg(long, default_value_t = 16)]
     input_mib: u64,
 
-    /// Write the per-pair ratios as DIR/real-ratios.svg (real-ratios-control.svg with --control)
+    /// Write the per-pair ratios as DIR/real-ratios.svg (real-ratios-control.svg with --control); DIR is created if missing
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
 
@@ -111,10 +111,11 @@ impl RealBenchArgs {
         if self.input_mib == 0 {
             bail!("--input-mib must be at least 1");
         }
+        // Created (if missing) before the run, which takes minutes: a
+        // directory that cannot be made is refused at once.
         if let Some(dir) = &self.plot {
-            if !dir.is_dir() {
-                bail!("--plot {}: not a directory", dir.display());
-            }
+            std::fs::create_dir_all(dir)
+                .map_err(|e| anyhow::anyhow!("--plot {}: cannot create it: {e}", dir.display()))?;
         }
         Ok(())
     }

@@ -212,6 +212,58 @@ fn rwc_narrows_a_cgroup_v1_cpuset_and_puts_it_back() {
     );
 }
 
+/// A straggler that recovers is given back (lab/daemon/rwc-recovers.toml:
+/// vCPU 1 at 5% for 25 s, then free), in a cgroup v2 cpuset that has a
+/// task in it, which the kernel will not set back to empty.
+const SCRIPT_RECOVERS: &str = r#"
+G=/sys/fs/cgroup/work
+mount -t cgroup2 none /sys/fs/cgroup && mkdir $G
+sh -c "echo \$\$ > $G/cgroup.procs && exec sleep 120" & W=$!
+vsched daemon --rwc-cgroup work 2>/tmp/d.log & D=$!
+# Polled gently: a busy shell loop on vCPU 0 would starve the light
+# prober there (SCHED_IDLE), and with both vCPUs reading slow vCPU 1 is
+# no longer a straggler against their mean.
+for i in $(seq 48); do [ "$(cat $G/cpuset.cpus 2>/dev/null)" = "0" ] && break; sleep 0.5; done
+echo "@hidden cpus=[$(cat $G/cpuset.cpus)] allowed=[$(grep Cpus_allowed_list /proc/$W/status | cut -f2)]"
+for i in $(seq 80); do [ "$(cat $G/cpuset.cpus)" = "0-1" ] && break; sleep 0.5; done
+echo "@recovered cpus=[$(cat $G/cpuset.cpus)] allowed=[$(grep Cpus_allowed_list /proc/$W/status | cut -f2)]"
+kill -TERM $D; wait $D; E=$?
+echo "@stopped exit=$E ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)] allowed=[$(grep Cpus_allowed_list /proc/$W/status | cut -f2)]"
+kill $W
+cat /tmp/d.log
+"#;
+
+#[test]
+fn a_recovered_straggler_is_given_back_to_a_populated_cgroup() {
+    let _guard = common::serial();
+    let out = run_in_guest("daemon/rwc-recovers", &[SCRIPT_RECOVERS]);
+    let (code, out) = &out[0];
+    println!("{out}");
+    assert_eq!(*code, Some(0), "{out}");
+    let hidden = step(out, "hidden");
+    assert_eq!(
+        (hidden["cpus"].as_str(), hidden["allowed"].as_str()),
+        ("0", "0"),
+        "{out}"
+    );
+    let back = step(out, "recovered");
+    assert_eq!(
+        (back["cpus"].as_str(), back["allowed"].as_str()),
+        ("0-1", "0-1"),
+        "{out}"
+    );
+    let stopped = step(out, "stopped");
+    assert_eq!(
+        (
+            stopped["exit"].as_str(),
+            stopped["ctl"].as_str(),
+            stopped["allowed"].as_str()
+        ),
+        ("0", "", "0-1"),
+        "{out}"
+    );
+}
+
 /// Refused before anything changes: a path that is not a cgroup, --dry-run
 /// without a cgroup, --restore with a cgroup, a state file that is not
 /// vsched's.

@@ -280,7 +280,8 @@ fn bench_real_runs_its_rows_and_refuses_bad_options() {
         &["--rounds", "0"][..],
         &["--factor", "0"],
         &["--input-mib", "0"],
-        &["--plot", "/nonexistent/dir"],
+        // A directory that cannot be created (a file is in the way).
+        &["--plot", "/dev/null/plots"],
         &["--only", "nosuch"],
     ] {
         let out = Command::new(VSCHED)

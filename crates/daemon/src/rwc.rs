@@ -180,9 +180,8 @@ impl CpusetRwc {
         }))
     }
 
-    /// Writes (unless dry) one group's cpuset for `hidden`: its original
-    /// CPUs without the hidden ones, or the original when nothing is
-    /// hidden or nothing would be left.
+    /// Writes (unless dry) one group's cpuset for `hidden` (see
+    /// `target_cpus`).
     fn change_group(
         &self,
         group: &Cgroup,
@@ -190,10 +189,7 @@ impl CpusetRwc {
         hidden: &[u32],
     ) -> Result<Option<GroupChange>, CpusetError> {
         let from = group.configured_cpus()?.unwrap_or_default();
-        let to = match cpuset::without(&base_cpus(group, original)?, hidden) {
-            Some(list) if !hidden.is_empty() => list,
-            _ => original.to_string(),
-        };
+        let to = target_cpus(&base_cpus(group, original)?, hidden, original);
         if from == to {
             return Ok(None);
         }
@@ -285,6 +281,17 @@ impl Drop for CpusetRwc {
             eprintln!("vsched daemon: {n}");
         }
     }
+}
+
+/// What a managed group's `cpuset.cpus` should say while `hidden` are
+/// hidden: its usable CPUs (`base`) without them, or all of `base` when
+/// nothing is hidden, written out even where the original was v2's ""
+/// (the parent's): the kernel refuses to set a cgroup that has tasks back
+/// to empty (ENOSPC), so a vCPU that recovers would stay hidden. Only the
+/// restore at exit tries "" again. The original as it was if nothing
+/// would be left.
+fn target_cpus(base: &[u32], hidden: &[u32], original: &str) -> String {
+    cpuset::without(base, hidden).unwrap_or_else(|| original.to_string())
 }
 
 /// The CPUs a group may use when nothing is hidden: its original list, or
@@ -436,6 +443,20 @@ fn write_state(path: &Path, state: &SavedState) -> Result<(), RwcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (found reading the code): when the last hidden vCPU
+    /// came back, the cpuset was set back to v2's "" and the kernel
+    /// refuses that for a cgroup with tasks; the recovered vCPU stayed
+    /// hidden.
+    #[test]
+    fn a_recovered_vcpu_is_given_back_by_name_not_by_emptying_the_cpuset() {
+        assert_eq!(target_cpus(&[0, 1, 2, 3], &[2, 3], ""), "0-1");
+        assert_eq!(target_cpus(&[0, 1, 2, 3], &[], ""), "0-3");
+        assert_eq!(target_cpus(&[0, 1], &[], "0-1"), "0-1");
+        // Never nothing: the original stays.
+        assert_eq!(target_cpus(&[3], &[3], ""), "");
+        assert_eq!(target_cpus(&[3], &[3], "3"), "3");
+    }
 
     /// Regression: a SIGKILLed daemon not yet reaped (a zombie) counted
     /// as alive, and its watchdog refused to restore.
