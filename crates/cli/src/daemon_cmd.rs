@@ -511,6 +511,7 @@ impl Watchdog {
         // is re-parented then), its state file names a live daemon.
         // SAFETY: as above.
         while unsafe { libc::getppid() } == daemon {
+            // The daemon is exiting: milliseconds; a few checks suffice.
             std::thread::sleep(Duration::from_millis(10));
         }
     }

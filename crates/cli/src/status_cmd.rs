@@ -49,12 +49,7 @@ pub fn run(args: StatusArgs) -> Result<bool> {
         crate::status_plot::write_svg(&history, path)?;
         eprintln!(
             "vsched status: drew the last {} s ({} reports) into {}",
-            history
-                .samples
-                .last()
-                .map_or(0, |s| s.unix_ms)
-                .saturating_sub(history.samples.first().map_or(0, |s| s.unix_ms))
-                / 1000,
+            history.span_ms() / 1000,
             history.samples.len(),
             path.display()
         );

@@ -9,6 +9,8 @@ use plotters::prelude::*;
 use std::path::Path;
 use vsched_daemon::history::{HistoryAnswer, Sample, VcpuPoint};
 
+/// Two panels of 320 px, wide enough for 10 minutes at one point a second
+/// to read as a line rather than as dots.
 const SIZE: (u32, u32) = (1100, 640);
 
 pub fn write_svg(history: &HistoryAnswer, path: &Path) -> Result<()> {
@@ -42,10 +44,14 @@ fn series(
         .iter()
         .filter_map(|s| {
             let v = s.vcpus.iter().find(|v| v.cpu == cpu)?;
-            let age_s = -((newest - s.unix_ms) as f64 / 1e3);
-            Some((age_s, f64::from(value(v)?)))
+            Some((x_of(newest, s), f64::from(value(v)?)))
         })
         .collect()
+}
+
+/// A sample's place on the time axis: seconds before the newest (<= 0).
+fn x_of(newest_ms: u64, s: &Sample) -> f64 {
+    -(newest_ms.saturating_sub(s.unix_ms) as f64 / 1e3)
 }
 
 fn draw(h: &HistoryAnswer, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -53,9 +59,8 @@ fn draw(h: &HistoryAnswer, path: &Path) -> Result<(), Box<dyn std::error::Error>
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let samples = &h.samples;
-    let span_ms = samples.last().map_or(0, |s| s.unix_ms) - samples[0].unix_ms;
     // At least a second wide: one sample makes no range.
-    let oldest_s = -(span_ms as f64 / 1e3).max(1.0);
+    let oldest_s = -(h.span_ms() as f64 / 1e3).max(1.0);
     let cpus = vcpus(samples);
 
     let mut avail = ChartBuilder::on(&top)
@@ -144,7 +149,7 @@ fn hidden_stretches(samples: &[Sample], cpu: u32) -> Vec<Vec<(f64, f64)>> {
                     open = true;
                 }
                 if let (Some(a), Some(last)) = (v.available, out.last_mut()) {
-                    last.push((-((newest - s.unix_ms) as f64 / 1e3), f64::from(a)));
+                    last.push((x_of(newest, s), f64::from(a)));
                 }
             }
             _ => open = false,

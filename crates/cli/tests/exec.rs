@@ -10,10 +10,6 @@ use std::process::Command;
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 
-fn library() -> PathBuf {
-    common::sync_library()
-}
-
 /// A temporary directory removed when the test ends.
 struct TempDir(PathBuf);
 
@@ -136,7 +132,7 @@ int main(void) {
 
 #[test]
 fn thousands_of_threads_synchronise() {
-    library();
+    common::sync_library();
     let dir = TempDir::new("many");
     let program = build(&dir.0, "many", MANY_THREADS);
     let stdout = succeeds(
@@ -152,7 +148,7 @@ fn thousands_of_threads_synchronise() {
 
 #[test]
 fn preloads_the_runtime_and_reports_its_statistics() {
-    library();
+    common::sync_library();
     let dir = TempDir::new("stats");
     let program = build(&dir.0, "ring", PROGRAM);
     let stats = dir.0.join("stats.json");
@@ -183,7 +179,7 @@ fn preloads_the_runtime_and_reports_its_statistics() {
 
 #[test]
 fn passes_the_exit_status_through() {
-    library();
+    common::sync_library();
     let out = vsched(&["exec", "--spin-ns", "0", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     let out = vsched(&["exec", "--", "sh", "-c", "kill -TERM $$"]);
@@ -193,7 +189,7 @@ fn passes_the_exit_status_through() {
 
 #[test]
 fn prints_an_environment_that_preloads_the_runtime() {
-    let lib = library();
+    let lib = common::sync_library();
     let out = vsched(&["exec", "--print-env", "--spin-ns", "1234"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -207,7 +203,7 @@ fn prints_an_environment_that_preloads_the_runtime() {
 
 #[test]
 fn refuses_bad_input_clearly() {
-    library();
+    common::sync_library();
     let cases: &[(&[&str], i32, &str)] = &[
         (&["exec"], 2, "PROGRAM"),
         (
@@ -236,7 +232,7 @@ fn refuses_bad_input_clearly() {
 
 #[test]
 fn warns_that_a_static_program_cannot_be_preloaded() {
-    library();
+    common::sync_library();
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .into_iter()
         .find(|p| Path::new(p).is_file());
@@ -250,7 +246,7 @@ fn warns_that_a_static_program_cannot_be_preloaded() {
 
 #[test]
 fn a_hand_preloaded_program_uses_the_last_measurement() {
-    let lib = library();
+    let lib = common::sync_library();
     let dir = TempDir::new("cache");
     succeeds(
         Command::new(VSCHED)
@@ -302,7 +298,7 @@ fn a_fresh_measurement_is_reused_and_measure_takes_a_new_one() {
 
 #[test]
 fn refuses_a_library_path_that_ld_preload_would_split() {
-    let lib = library();
+    let lib = common::sync_library();
     let dir = TempDir::new("space");
     let spaced = dir.0.join("with space");
     std::fs::create_dir_all(&spaced).unwrap();

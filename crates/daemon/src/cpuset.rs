@@ -30,6 +30,8 @@ pub enum CpusetError {
         #[source]
         source: std::io::Error,
     },
+    #[error("no cpuset file in {0} or above it: the kernel has no cpuset controller")]
+    NoController(PathBuf),
     #[error("{path} holds {text:?}, not a CPU list")]
     Parse { path: PathBuf, text: String },
 }
@@ -82,8 +84,8 @@ impl Cgroup {
 
     /// The CPUs the cgroup's tasks may use now, before the daemon's change:
     /// v2's `cpuset.cpus.effective` where the controller is on, else the
-    /// nearest ancestor's (an ancestor without the file: every online CPU);
-    /// v1's `cpuset.cpus`.
+    /// nearest ancestor's (the root cgroup has the file wherever the
+    /// kernel has the cpuset controller); v1's `cpuset.cpus`.
     pub fn usable_cpus(&self) -> Result<Vec<u32>, CpusetError> {
         let name = match self.hierarchy {
             Hierarchy::V1 => "cpuset.cpus",
@@ -101,7 +103,20 @@ impl Cgroup {
                 Err(source) => return Err(CpusetError::Read { path: file, source }),
             }
         }
-        online_cpus()
+        Err(CpusetError::NoController(self.path.clone()))
+    }
+
+    /// The CPUs the cgroup has with an empty (v2) cpuset: its parent's
+    /// usable CPUs. v1 has no such inheritance: its own.
+    pub fn inherited_cpus(&self) -> Result<Vec<u32>, CpusetError> {
+        match (self.hierarchy, self.path.parent()) {
+            (Hierarchy::V2, Some(parent)) => Cgroup {
+                path: parent.to_path_buf(),
+                hierarchy: Hierarchy::V2,
+            }
+            .usable_cpus(),
+            _ => self.usable_cpus(),
+        }
     }
 
     /// Writes `cpus` (a CPU list; v2 also takes "" for "the parent's").
@@ -119,15 +134,7 @@ impl Cgroup {
             self.write_cpus(original)?;
             return Ok(Restored::Exact);
         }
-        let parents = match self.path.parent() {
-            Some(parent) => Cgroup {
-                path: parent.to_path_buf(),
-                hierarchy: Hierarchy::V2,
-            }
-            .usable_cpus()?,
-            None => online_cpus()?,
-        };
-        let list = format_cpu_list(&parents);
+        let list = format_cpu_list(&self.inherited_cpus()?);
         self.write_cpus(&list)?;
         match self.write_cpus("") {
             Ok(()) => Ok(Restored::Exact),
@@ -202,15 +209,6 @@ pub fn without(usable: &[u32], hidden: &[u32]) -> Option<String> {
         .filter(|c| !hidden.contains(c))
         .collect();
     (!kept.is_empty()).then(|| format_cpu_list(&kept))
-}
-
-fn online_cpus() -> Result<Vec<u32>, CpusetError> {
-    let file = PathBuf::from("/sys/devices/system/cpu/online");
-    let text = std::fs::read_to_string(&file).map_err(|source| CpusetError::Read {
-        path: file.clone(),
-        source,
-    })?;
-    parse_cpu_list(text.trim()).map_err(|_| CpusetError::Parse { path: file, text })
 }
 
 /// One write(2) of `value` (cgroupfs takes a whole value per write; an

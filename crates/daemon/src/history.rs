@@ -39,6 +39,16 @@ pub struct HistoryAnswer {
 
 pub const HISTORY_SCHEMA: &str = "vsched.daemon-history/v1";
 
+impl HistoryAnswer {
+    /// Time from the oldest sample to the newest (0 with fewer than two).
+    pub fn span_ms(&self) -> u64 {
+        match (self.samples.first(), self.samples.last()) {
+            (Some(first), Some(last)) => last.unix_ms.saturating_sub(first.unix_ms),
+            _ => 0,
+        }
+    }
+}
+
 /// The last `window_ms` of samples, oldest first.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -87,14 +97,6 @@ impl History {
             window_s: self.window_ms / 1000,
             samples: self.samples.iter().cloned().collect(),
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.samples.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
     }
 }
 

@@ -295,7 +295,7 @@ fn target_cpus(base: &[u32], hidden: &[u32], original: &str) -> String {
 }
 
 /// The CPUs a group may use when nothing is hidden: its original list, or
-/// (v2, "" = the parent's) its parent's usable CPUs.
+/// (v2, "" = the parent's) what it inherits.
 fn base_cpus(group: &Cgroup, original: &str) -> Result<Vec<u32>, CpusetError> {
     if !original.is_empty() {
         return parse_cpu_list(original).map_err(|_| CpusetError::Parse {
@@ -303,14 +303,7 @@ fn base_cpus(group: &Cgroup, original: &str) -> Result<Vec<u32>, CpusetError> {
             text: original.to_string(),
         });
     }
-    match group.path.parent() {
-        Some(parent) if group.hierarchy == Hierarchy::V2 => Cgroup {
-            path: parent.to_path_buf(),
-            hierarchy: Hierarchy::V2,
-        }
-        .usable_cpus(),
-        _ => group.usable_cpus(),
-    }
+    group.inherited_cpus()
 }
 
 /// What putting the cpusets back did: what failed (the state file then

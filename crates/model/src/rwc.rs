@@ -91,7 +91,8 @@ impl Steady {
     /// A vCPU seen for the first time starts visible. At least one vCPU
     /// of the report stays visible whatever the history.
     pub fn update(&mut self, report: &ProbeReport) -> Vec<u32> {
-        for (v, asked) in report.vcpus.iter().zip(choose(report)) {
+        let asked_now = choose(report);
+        for (v, &asked) in report.vcpus.iter().zip(&asked_now) {
             let s = self.vcpus.entry(v.cpu).or_default();
             if asked == s.asked {
                 s.asked_times = s.asked_times.saturating_add(1);
@@ -114,7 +115,7 @@ impl Steady {
             // report does: show what the newest report shows.
             hidden = in_report
                 .iter()
-                .zip(choose(report))
+                .zip(&asked_now)
                 .filter(|(_, v)| v.hidden())
                 .map(|(&cpu, _)| cpu)
                 .collect();
