@@ -4,7 +4,7 @@
 //! default scheduler and every task running when killed outright, RWC
 //! keeps normal tasks off the vCPU it hides, BVS serves a request server
 //! from the low-latency vCPU, and IVH moves a CPU-bound thread between
-//! capped vCPUs through its hand-shake. Needs what the lab needs
+//! capped vCPUs only when they are active (rested or answering). Needs what the lab needs
 //! (root, qemu-system-x86, busybox-static) and network access to Debian's
 //! archive the first time (the kernel is cached afterwards).
 
@@ -427,13 +427,14 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
 /// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
 /// thread (niced, so that its time is /proc/stat's nice column, apart from
 /// the probers') is moved off a vCPU about to be throttled, to an idle one
-/// that has answered the pre-wake, so its time spreads over the vCPUs; no
+/// that has rested a whole rhythm or answered the pre-wake, so its time
+/// spreads over the vCPUs; no
 /// move is made or counted without IVH (the control, where the thread
 /// stays on one vCPU), and every move done or abandoned was first
 /// attempted. RWC is off in both, as in the benchmark: two capped vCPUs on
 /// one host CPU look stacked (docs/sched.md).
 #[test]
-fn ivh_moves_a_cpu_bound_thread_only_through_its_hand_shake() {
+fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
     let run = |flag: &str, marker: &str| {
         format!(
@@ -458,6 +459,10 @@ fn ivh_moves_a_cpu_bound_thread_only_through_its_hand_shake() {
     assert!(
         done + abandoned <= attempted,
         "every move done or abandoned was attempted first: {summary:#}"
+    );
+    assert!(
+        counter(&summary, "ivh_rested") <= attempted,
+        "a move without the pre-wake is still an attempt: {summary:#}"
     );
     let ticks = nice_ticks(with, "with-ivh");
     let total: i64 = ticks.iter().sum();

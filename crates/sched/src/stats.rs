@@ -102,7 +102,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_DONE,
         name: "ivh_done",
-        help: "IVH: tasks moved to an idle vCPU that had answered",
+        help: "IVH: tasks moved to an idle vCPU (that had answered, or had rested)",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_ABANDONED_TARGET,
@@ -113,6 +113,11 @@ pub const STATS: &[StatDef] = &[
         index: s::vs_stat_VS_STAT_IVH_ABANDONED_SOURCE,
         name: "ivh_abandoned_source",
         help: "IVH: abandoned, the source was switched off before letting go",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_RESTED,
+        name: "ivh_rested",
+        help: "IVH: moves started at once, the target having rested a whole rhythm",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,

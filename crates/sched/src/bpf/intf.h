@@ -147,6 +147,9 @@ enum vs_stat {
 	VS_STAT_IVH_DONE,
 	VS_STAT_IVH_ABANDONED_TARGET,
 	VS_STAT_IVH_ABANDONED_SOURCE,
+	/* IVH: moves started without the pre-wake, the target having rested
+	 * a whole rhythm (activity-aware IVH only; part of ATTEMPTED). */
+	VS_STAT_IVH_RESTED,
 	/* Inactive episodes the heartbeat saw (all vCPUs). */
 	VS_STAT_BEAT_GAPS,
 	/* SCHED_IDLE tasks run ahead of waiting normal work because they had

@@ -493,7 +493,9 @@ static s32 ivh_target(s32 src)
  * IVH's first step, on the source vCPU at a heartbeat: its task is
  * CPU-bound (has run VS_IVH_MIN_RUN_NS here), may run anywhere, and the
  * vCPU is about to be switched off (its rhythm, policy.h). Activity-aware:
- * ask an idle target to answer (pre-wake). Unaware: move at once.
+ * ask an idle target to answer (pre-wake), unless it has rested a whole
+ * rhythm and is known to run as soon as woken (policy.h
+ * vs_ivh_target_rested): then, as unaware IVH always does, move at once.
  */
 static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 {
@@ -512,12 +514,16 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 	/* One attempt per hand-shake window. */
 	l->ivh_quiet_until_ns = now + 2 * beat_ns;
 	l->ivh_asked_gaps = l->gaps;
-	if (ivh_activity_aware) {
+	if (ivh_activity_aware &&
+	    !vs_ivh_target_rested(t->idle_since_ns, now,
+				  l->active_mean_ns + l->inactive_mean_ns)) {
 		t->ivh_req_from = src;
 		t->ivh_req_pid = l->curr_pid;
 		t->ivh_req_ns = now;
 		scx_bpf_kick_cpu(target, VS_KICK_IDLE);
 	} else {
+		if (ivh_activity_aware)
+			count(VS_STAT_IVH_RESTED);
 		l->ivh_go_to = target;
 		l->ivh_go_pid = l->curr_pid;
 		l->ivh_go_ns = now;

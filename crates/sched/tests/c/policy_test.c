@@ -184,6 +184,13 @@ int main(void)
 	CHECK(!vs_handshake_fresh(0, 10, 500));
 	CHECK(!vs_handshake_fresh(2000, 1000, 500)); /* stamped by a later clock read */
 
+	/* IVH skips the hand-shake only for a target idle a whole rhythm. */
+	CHECK(vs_ivh_target_rested(1000, 11000, 10000));
+	CHECK(!vs_ivh_target_rested(1000, 10999, 10000)); /* idle a moment less */
+	CHECK(!vs_ivh_target_rested(1000, 50000, 0)); /* no rhythm known */
+	CHECK(!vs_ivh_target_rested(0, 50000, 10000)); /* never went idle */
+	CHECK(!vs_ivh_target_rested(60000, 50000, 10000)); /* later clock read */
+
 	if (failures)
 		return 1;
 	printf("policy: all checks passed\n");
