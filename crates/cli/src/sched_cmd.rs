@@ -61,7 +61,7 @@ pub struct SchedArgs {
     /// of their time: two missed beats are an inactive episode (IVH's
     /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
     /// more timer interrupts.
-    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = parse_beat)]
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_beat)]
     heartbeat: Duration,
 
     /// Ablation: BVS pre-empts SCHED_IDLE work on any low-latency vCPU,

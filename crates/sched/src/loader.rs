@@ -62,12 +62,17 @@ impl Default for Tunables {
     }
 }
 
-/// 0.5 ms: the heartbeat must split a vCPU's active stretches from its
-/// inactive episodes, and the shortest episodes worth steering around are
-/// about 2 ms (the lab's asymmetric layout; the paper's 2x-latency VMs);
-/// an episode is a gap of two periods (1 ms). Each beat is a timer
-/// interrupt, armed only on vCPUs the probe saw lose more than 5%.
-pub const DEFAULT_BEAT_NS: u64 = 500_000;
+/// 1 ms, the paper's tick-based granularity (HZ=1000): the heartbeat must
+/// split a vCPU's active stretches from its inactive episodes, and an
+/// episode is a gap of two periods (2 ms), about the shortest worth
+/// steering around (the lab's high-latency vCPUs: 3 ms; the paper's
+/// 2x-latency VMs). Each beat is a timer interrupt, armed only on vCPUs
+/// the probe saw lose more than 5%. Measured against 0.5 ms, 5 rounds
+/// side by side (docs/benchmarks.md): IVH at 1 thread 1.45x vs 1.37x the
+/// default, at 4 threads 0.94x vs 0.83x; BVS p95 no worse (1.46x vs
+/// 1.41x; beside best-effort work 2.40x vs 1.46x); 2 ms lost at 1 thread
+/// (1.23x): its four-beat margin is most of a 5 ms stretch.
+pub const DEFAULT_BEAT_NS: u64 = 1_000_000;
 
 /// Command names `--latency-sensitive` may declare (the BPF hash map's size).
 pub const MAX_LATENCY_COMMS: usize = 64;

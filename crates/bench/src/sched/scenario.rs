@@ -313,7 +313,9 @@ pub const SCENARIOS: &[Scenario] = &[
         metric: "elapsed_s",
         oracle_cpus: None,
         vsched_flags: "--no-rwc",
-        ablations: &["--no-ivh"],
+        // `--no-probe`: no probers and so no model, beats or moves: what
+        // the probers cost where IVH has nothing to harvest.
+        ablations: &["--no-ivh", "--no-probe"],
         fifo_reference: false,
         daemon: false,
         timeline: None,

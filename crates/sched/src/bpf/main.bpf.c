@@ -61,13 +61,13 @@ char _license[] SEC("license") = "GPL";
 #define VS_IVH_MIN_RUN_NS 2000000ULL
 
 /*
- * Heartbeats a target may take to answer IVH's pre-wake (8: 4 ms by
+ * Heartbeats a target may take to answer IVH's pre-wake (4: 4 ms by
  * default). Waking a halted vCPU takes tens of µs on a host with room,
  * but up to a few ms when its host CPU is busy; the source judges
  * whether the answer still helps, so the target answers late ones too,
  * up to this bound, beyond which the predicted switch-off is long past.
  */
-#define VS_IVH_ANSWER_BEATS 8
+#define VS_IVH_ANSWER_BEATS 4
 
 /*
  * The longest a SCHED_IDLE task waits behind normal work (1 s). The
@@ -104,7 +104,7 @@ const volatile bool ivh_activity_aware = true;
  * as an inactive episode (twice the period: timer interrupts arrive late
  * by a fraction of a period on a slow vCPU without it being switched off).
  */
-const volatile u64 beat_ns = 500000;
+const volatile u64 beat_ns = 1000000;
 /* Command names the user declared latency-sensitive (--latency-sensitive). */
 const volatile u32 nr_latency_comms = 0;
 
