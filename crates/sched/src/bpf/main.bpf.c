@@ -478,7 +478,8 @@ static s32 ivh_target(s32 src)
 			break;
 		if (cpu == src || !bpf_cpumask_test_cpu(cpu, idle) ||
 		    !visible(cpu) || host_preempted(cpu) ||
-		    !vs_ivh_target_ok(score(src), score(cpu)) || !(l = live_of(cpu)))
+		    !vs_ivh_target_ok(score(src), score(cpu)) || !(l = live_of(cpu)) ||
+		    !l->idle_since_ns /* leaving idle now */)
 			continue;
 		if (best < 0 || l->idle_since_ns < best_since) {
 			best = cpu;
@@ -994,9 +995,13 @@ void BPF_STRUCT_OPS(vsched_update_idle, s32 cpu, bool idle)
 		l->last_beat_ns = 0;
 		l->curr_pid = 0;
 		l->idle_since_ns = bpf_ktime_get_ns();
-	} else if (l->beating) {
+	} else {
+		/* Busy (intf.h): a target chosen from a stale idle mask must
+		 * not count as rested. */
+		l->idle_since_ns = 0;
 		/* Awake now: active from here. */
-		vs_beat(l, bpf_ktime_get_ns(), 2 * beat_ns);
+		if (l->beating)
+			vs_beat(l, bpf_ktime_get_ns(), 2 * beat_ns);
 	}
 }
 
