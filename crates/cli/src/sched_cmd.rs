@@ -138,10 +138,9 @@ struct TunablesJson {
     probe: bool,
 }
 
-pub fn run(args: SchedArgs) -> Result<u8> {
-    preflight::check()?;
-    let nr_cpus = possible_cpus();
-    let tunables = Tunables {
+/// The scheduler's tunables as the flags set them.
+fn tunables(args: &SchedArgs) -> Tunables {
+    Tunables {
         slice_ns: u64::try_from(args.slice.as_nanos()).unwrap_or(u64::MAX),
         rwc: !args.no_rwc,
         capacity: !args.no_capacity,
@@ -151,7 +150,13 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         ivh: !args.no_ivh,
         ivh_activity_aware: !args.ivh_unaware,
         beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
-    };
+    }
+}
+
+pub fn run(args: SchedArgs) -> Result<u8> {
+    preflight::check()?;
+    let nr_cpus = possible_cpus();
+    let tunables = tunables(&args);
     signals::catch();
     let mut object = MaybeUninit::uninit();
     let started = Instant::now();
@@ -406,6 +411,19 @@ mod tests {
             let e = parse_comm(bad).unwrap_err();
             assert!(e.contains("1-15 bytes"), "{bad}: {e}");
         }
+    }
+
+    /// The flags' defaults are written as text for `--help`; they must be
+    /// the loader's, which the daemon's `--sched` uses.
+    #[test]
+    fn the_flags_default_to_the_loaders_tunables() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sched: SchedArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["vsched"]).unwrap();
+        assert_eq!(tunables(&cli.sched), Tunables::default());
     }
 
     #[test]

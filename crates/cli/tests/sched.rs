@@ -4,9 +4,10 @@
 //! default scheduler and every task running when killed outright, RWC
 //! keeps normal tasks off the vCPU it hides, BVS serves a request server
 //! from the low-latency vCPU, and IVH moves a CPU-bound thread between
-//! capped vCPUs only when they are active (rested or answering). Needs what the lab needs
-//! (root, qemu-system-x86, busybox-static) and network access to Debian's
-//! archive the first time (the kernel is cached afterwards).
+//! capped vCPUs only when they are active (rested or answering). Needs
+//! what the lab needs (root, qemu-system-x86, busybox-static) and network
+//! access to Debian's archive the first time (the kernel is cached
+//! afterwards).
 
 mod common;
 
@@ -428,10 +429,9 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
 /// thread (niced, so that its time is /proc/stat's nice column, apart from
 /// the probers') is moved off a vCPU about to be throttled, to an idle one
 /// that has rested a whole rhythm or answered the pre-wake, so its time
-/// spreads over the vCPUs; no
-/// move is made or counted without IVH (the control, where the thread
-/// stays on one vCPU), and every move done or abandoned was first
-/// attempted. RWC is off in both, as in the benchmark: two capped vCPUs on
+/// spreads over the vCPUs; no move is made or counted without IVH (the
+/// control, where the thread stays on one vCPU), and every move done or
+/// abandoned was first attempted. RWC is off in both, as in the benchmark: two capped vCPUs on
 /// one host CPU look stacked (docs/sched.md).
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
