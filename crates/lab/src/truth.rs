@@ -17,6 +17,26 @@ use vsched_model::report::ProbeReport;
 pub const CAPACITY_TOLERANCE: f64 = 0.15;
 pub const EPISODE_TOLERANCE: f64 = 0.25;
 
+/// Under TCG, the lower tolerance of the relative available share of a vCPU
+/// the host switches out (stacked or capped: its truth is below the
+/// best-served vCPU's). Each time the host runs such a vCPU thread again,
+/// QEMU spends part of the slice before guest code runs (and the guest's
+/// missed tick runs under emulation), time the host counts as the vCPU's
+/// but no guest thread gets; it grows with the number of switches and with
+/// how slow the emulator is that day. Measured: stacked-pair's vCPUs read
+/// 0.38-0.45 against 0.49-0.53 (down to -26%) in all three runs of one CI
+/// machine, where this machine reads within 4%; capped-30pct's capped vCPU
+/// 0.24-0.26 against 0.30. 35% leaves room for a slower day than that CI
+/// machine's. The error is always low, so the upper tolerance
+/// stays [`CAPACITY_TOLERANCE`]; a probe that misses the switching (reads
+/// near 1.0) or halves it again still fails. Under KVM the resume costs
+/// microseconds and capacity is scored at +-15% instead.
+pub const EMULATED_SWITCHED_LOW_TOLERANCE: f64 = 0.35;
+
+/// Truths within this of the best-served vCPU's are "not switched out":
+/// a vCPU alone on its host CPU reads 0.97-1.0 of the best (docs/lab.md).
+const SWITCHED_OUT_BELOW: f64 = 0.9;
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Truth {
     /// Groups of two or more vCPUs pinned to one host CPU.
@@ -295,11 +315,22 @@ pub fn score(t: &Truth, r: &ProbeReport, emulated: bool) -> Vec<Item> {
             .available_pct
             .filter(|_| max_avail > 0.0)
             .map(|a| a / max_avail);
+        let low = if rel < SWITCHED_OUT_BELOW {
+            EMULATED_SWITCHED_LOW_TOLERANCE
+        } else {
+            CAPACITY_TOLERANCE
+        };
+        let avail_within = |m: f64| m >= rel * (1.0 - low) && m <= rel * (1.0 + CAPACITY_TOLERANCE);
+        let avail_tolerance = if low == CAPACITY_TOLERANCE {
+            format!("±{:.0}%", CAPACITY_TOLERANCE * 100.0)
+        } else {
+            format!("-{:.0}%/+{:.0}%", low * 100.0, CAPACITY_TOLERANCE * 100.0)
+        };
         items.push(Item {
             what: format!("vCPU {i} relative available share"),
-            expected: format!("{rel:.2} (±{:.0}%)", CAPACITY_TOLERANCE * 100.0),
+            expected: format!("{rel:.2} ({avail_tolerance})"),
             measured: measured_avail.map_or("not measured".into(), |m| format!("{m:.2}")),
-            pass: measured_avail.is_some_and(within),
+            pass: measured_avail.is_some_and(avail_within),
             scored: emulated,
         });
         items.push(Item {
@@ -460,5 +491,55 @@ mod tests {
         // A 5% vCPU among full ones is a straggler.
         let t = truth(&[st(Some(0), None), st(Some(1), Some((1000, 20000)))], 0.2);
         assert_eq!(t.straggler, vec![false, true]);
+    }
+
+    /// The probe report of a stacked-pair check on this machine (vCPU 0
+    /// alone, vCPUs 1 and 2 stacked), with the available shares replaced.
+    fn stacked_pair_report(available_pct: [f64; 3]) -> ProbeReport {
+        let mut r: ProbeReport =
+            serde_json::from_str(include_str!("testdata/stacked-pair-report.json")).unwrap();
+        for (v, a) in r.vcpus.iter_mut().zip(available_pct) {
+            v.available_pct = Some(a);
+        }
+        r
+    }
+
+    fn share_items(t: &Truth, available_pct: [f64; 3]) -> Vec<bool> {
+        score(t, &stacked_pair_report(available_pct), true)
+            .into_iter()
+            .filter(|i| i.what.ends_with("relative available share"))
+            .map(|i| i.pass)
+            .collect()
+    }
+
+    /// CI, 2026-11-26: stacked vCPUs read 0.38-0.45 of vCPU 0 against a host
+    /// truth of 0.49-0.53 under TCG, in three runs of three; the check failed
+    /// although the probe saw the stacking and the halving.
+    #[test]
+    fn ci_stacked_pair_reads_a_quarter_low_under_tcg() {
+        let t = truth(
+            &[st(Some(0), None), st(Some(1), None), st(Some(1), None)],
+            0.2,
+        )
+        .with_measured_shares(vec![0.947, 0.492, 0.495], 0.2);
+        // The CI run: 86% and 37-39% available.
+        assert_eq!(share_items(&t, [86.0, 37.0, 39.0]), vec![true; 3]);
+        // What this machine reads.
+        assert_eq!(share_items(&t, [90.8, 46.8, 46.9]), vec![true; 3]);
+        // Still wrong: a stacked vCPU read as not switched out, or as far
+        // below half; a best-served vCPU may not read low.
+        assert_eq!(share_items(&t, [90.0, 85.0, 46.0]), vec![true, false, true]);
+        assert_eq!(share_items(&t, [90.0, 25.0, 46.0]), vec![true, false, true]);
+        let t = truth(
+            &[st(Some(0), None), st(Some(1), None), st(Some(2), None)],
+            0.2,
+        )
+        .with_measured_shares(vec![0.97, 0.97, 0.97], 0.2);
+        assert_eq!(share_items(&t, [90.0, 75.0, 90.0]), vec![true, false, true]);
+        let expected = score(&t, &stacked_pair_report([90.0, 90.0, 90.0]), true);
+        assert!(
+            expected.iter().any(|i| i.expected == "1.00 (±15%)"),
+            "{expected:?}"
+        );
     }
 }
