@@ -11,7 +11,7 @@
 //! workload vsched places, and a busy vCPU is not a weak one.
 
 use crate::ema::Ema;
-use crate::timeline::{EpisodeFilter, EpisodeStats, Timeline};
+use crate::timeline::{EpisodeFilter, EpisodeStats, Phase, Timeline};
 
 /// Strongest vCPU's capacity, as on Linux's scale.
 pub const CAPACITY_SCALE: u32 = 1024;
@@ -66,7 +66,17 @@ impl VcpuSample {
         } else {
             light.or(heavy)
         };
-        let hypervisor_frac = steal_source.map_or(0.0, Timeline::hypervisor_frac);
+        // A light window the guest's tasks shared is read over the part the
+        // prober watched (Timeline::hypervisor_frac_watched); a heavy one
+        // is pre-empted only briefly, and its pre-emption is counted apart.
+        let light_watched = |t: &Timeline| t.phase == Phase::Light;
+        let hypervisor_frac = steal_source.map_or(0.0, |t| {
+            if light_watched(t) {
+                t.hypervisor_frac_watched()
+            } else {
+                t.hypervisor_frac()
+            }
+        });
         let hypervisor_blind = light_blind && heavy.is_none();
         let preempted_frac = heavy.map(Timeline::guest_frac);
         let mut episodes_ns = Vec::new();
@@ -78,7 +88,13 @@ impl VcpuSample {
             available_frac: (1.0 - hypervisor_frac - preempted_frac.unwrap_or(0.0)).clamp(0.0, 1.0),
             hypervisor_frac,
             hypervisor_blind,
-            hidden_frac: steal_source.map_or(0.0, Timeline::hidden_frac),
+            hidden_frac: steal_source.map_or(0.0, |t| {
+                if light_watched(t) {
+                    t.hidden_frac_watched()
+                } else {
+                    t.hidden_frac()
+                }
+            }),
             reported_steal_frac: steal_source.map_or(0.0, Timeline::reported_steal_frac),
             preempted_frac,
             speed: heavy.and_then(Timeline::speed),
@@ -357,6 +373,50 @@ mod tests {
         let s = VcpuSample::from_timelines(0, Some(&light), Some(&heavy), &f);
         assert!(!s.hypervisor_blind);
         assert!(s.hypervisor_frac > 0.5, "{s:?}");
+    }
+
+    /// Regression (adaptability benchmark, straggler phase): a vCPU capped
+    /// at 10% under a barrier load read 30% available, so RWC never hid
+    /// it. The light prober watched 75% of its window and saw the
+    /// hypervisor hold 70% of the window, i.e. 93% of what it watched.
+    #[test]
+    fn a_light_window_shared_with_guest_tasks_reads_the_hypervisor_over_what_it_watched() {
+        let f = EpisodeFilter::default();
+        let mut light = tl(Phase::Light, vec![], 0, 0);
+        let ms = 1_000_000;
+        light.gaps = vec![
+            Gap {
+                start_ns: 0,
+                len_ns: 25 * ms,
+                guest_ns: 25 * ms,
+                hidden_ns: 0,
+            },
+            Gap {
+                start_ns: 30 * ms,
+                len_ns: 70 * ms,
+                guest_ns: 0,
+                hidden_ns: 70 * ms,
+            },
+        ];
+        let s = VcpuSample::from_timelines(0, Some(&light), None, &f);
+        assert!(!s.hypervisor_blind);
+        assert!((s.hypervisor_frac - 70.0 / 75.0).abs() < 1e-9, "{s:?}");
+        assert!((s.hidden_frac - 70.0 / 75.0).abs() < 1e-9, "{s:?}");
+        assert!((s.available_frac - 5.0 / 75.0).abs() < 1e-9, "{s:?}");
+        // A fully available vCPU stays so whatever its guest load.
+        light.gaps.truncate(1);
+        let s = VcpuSample::from_timelines(0, Some(&light), None, &f);
+        assert_eq!(s.available_frac, 1.0);
+        // A heavy window is read over the whole window, as before.
+        let mut heavy = tl(Phase::Heavy, vec![], 1_000_000, 0);
+        heavy.gaps = vec![Gap {
+            start_ns: 0,
+            len_ns: 50 * ms,
+            guest_ns: 0,
+            hidden_ns: 50 * ms,
+        }];
+        let s = VcpuSample::from_timelines(0, None, Some(&heavy), &f);
+        assert!((s.hypervisor_frac - 0.5).abs() < 1e-9, "{s:?}");
     }
 
     #[test]
