@@ -241,7 +241,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         if signals::stopped() {
             return Ok(());
         }
-        step = schedule.next(Instant::now());
+        step = schedule.next(Instant::now(), session.shifting());
     }
 }
 

@@ -168,6 +168,13 @@ impl VcpuEstimate {
         self.recent_episodes_ns.drain(..excess);
     }
 
+    /// Whether the last sample read the hypervisor's share far from the
+    /// estimate ([`STEP_SHARE`]): the vCPU's lot may just have changed (a
+    /// cap, a neighbour, a re-placement), which the next sample confirms.
+    pub fn shifting(&self) -> bool {
+        self.hypervisor.step_pending()
+    }
+
     /// Derived, not smoothed on its own: each part keeps its own rate.
     pub fn available_frac(&self) -> f64 {
         (1.0 - self.hypervisor_frac() - self.preempted_frac()).clamp(0.0, 1.0)

@@ -90,6 +90,12 @@ impl Ema {
     pub fn value(&self) -> Option<f64> {
         self.value
     }
+
+    /// Whether the last sample was more than the step away from the value:
+    /// a change of level the next sample may confirm (`with_step` only).
+    pub fn step_pending(&self) -> bool {
+        self.away.is_some()
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +114,12 @@ mod tests {
         // A lasting change: at its level on its second sample.
         e.update(0.9, 1.0);
         assert_eq!(e.update(0.9, 1.0), 0.9);
+        // Each far sample leaves a step pending until one confirms it.
+        assert!(!e.step_pending());
+        e.update(0.1, 1.0);
+        assert!(e.step_pending());
+        e.update(0.1, 1.0);
+        assert!(!e.step_pending());
         // Two far samples on opposite sides are not a step.
         let mut e = Ema::with_step(3.0, 0.25);
         e.update(0.5, 0.0);

@@ -223,14 +223,27 @@ pub const WATCH_TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
 pub const STRAGGLER_RATIO: f64 = 0.2;
 pub const EMA_HALF_LIFE: Duration = Duration::from_secs(3);
 
+/// A vCPU whose share just moved (a step of [`STEP_SHARE`] pending) gets
+/// a heavy window and a topology validation in the next step, but at most
+/// this often: a host whose noise moves a share by a quarter from one
+/// window to the next would otherwise get both every step. Two seconds
+/// still follow a real change in the next step after it (measured before
+/// this rule: a stacked pair was hidden 5-6 s after the host stacked it,
+/// waiting for the 10 s topology rhythm).
+///
+/// [`STEP_SHARE`]: vsched_model::capacity::STEP_SHARE
+pub const SHIFT_CHECK_SPACING: Duration = Duration::from_secs(2);
+
 /// Under `--watch`: a light window every step, a heavy window and a
-/// topology validation only as often as asked.
+/// topology validation as often as asked, and at once when a vCPU's share
+/// shifts (see [`SHIFT_CHECK_SPACING`]).
 #[derive(Debug, Clone)]
 pub struct WatchSchedule {
     heavy_every: Duration,
     topology_every: Duration,
     last_heavy: Instant,
     last_topology: Instant,
+    last_shift_check: Option<Instant>,
 }
 
 impl WatchSchedule {
@@ -241,13 +254,23 @@ impl WatchSchedule {
             topology_every,
             last_heavy: start,
             last_topology: start,
+            last_shift_check: None,
         }
     }
 
-    /// The plan of the step that starts at `now`.
-    pub fn next(&mut self, now: Instant) -> StepPlan {
-        let heavy = now.duration_since(self.last_heavy) >= self.heavy_every;
-        let topology = now.duration_since(self.last_topology) >= self.topology_every;
+    /// The plan of the step that starts at `now`; `shifting`: the last
+    /// step saw a vCPU's share move (`Session::shifting`).
+    pub fn next(&mut self, now: Instant, shifting: bool) -> StepPlan {
+        let check_shift = shifting
+            && self
+                .last_shift_check
+                .is_none_or(|last| now.duration_since(last) >= SHIFT_CHECK_SPACING);
+        if check_shift {
+            self.last_shift_check = Some(now);
+        }
+        let heavy = check_shift || now.duration_since(self.last_heavy) >= self.heavy_every;
+        let topology =
+            check_shift || now.duration_since(self.last_topology) >= self.topology_every;
         if heavy {
             self.last_heavy = now;
         }
@@ -393,18 +416,37 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut w = WatchSchedule::new(s(5), s(10), t0);
-        let plan = w.next(t0 + s(1));
+        let plan = w.next(t0 + s(1), false);
         assert_eq!(
             (plan.light, plan.heavy, plan.topology),
             (true, false, TopologyStep::Skip)
         );
-        let plan = w.next(t0 + s(5));
+        let plan = w.next(t0 + s(5), false);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
         // The heavy window's clock restarted at 5 s; the topology's did not.
-        let plan = w.next(t0 + s(10));
+        let plan = w.next(t0 + s(10), false);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
-        let plan = w.next(t0 + s(12));
+        let plan = w.next(t0 + s(12), false);
         assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
+    }
+
+    #[test]
+    fn a_shifting_share_brings_both_checks_forward_at_most_every_two_seconds() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = WatchSchedule::new(s(5), s(10), t0);
+        let plan = w.next(t0 + s(1), true);
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
+        // A host that keeps the shares moving: not every step.
+        let plan = w.next(t0 + s(2), true);
+        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
+        let plan = w.next(t0 + s(3), true);
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
+        // Both rhythms restarted with the check.
+        let plan = w.next(t0 + s(7), false);
+        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
+        let plan = w.next(t0 + s(8), false);
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
     }
 
     #[test]

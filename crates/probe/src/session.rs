@@ -89,6 +89,13 @@ impl Session {
         self.topology = Some((previous.to_topology(), previous.clone()));
     }
 
+    /// Whether the last step read some vCPU's hypervisor share far from
+    /// its estimate (a change the next step will confirm or not): the
+    /// `--watch` loops then check the heavy window and topology at once.
+    pub fn shifting(&self) -> bool {
+        self.estimates.iter().any(VcpuEstimate::shifting)
+    }
+
     pub fn measures_vcpus(&self) -> bool {
         self.opts.capacity || self.opts.activity
     }
