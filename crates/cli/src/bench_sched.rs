@@ -43,6 +43,9 @@ WHAT IT RUNS
     overhead-pingpong  a pipe ping-pong pair on 2 dedicated vCPUs; goal: within 3%
     overhead-messaging a hackbench-like messaging kernel (16 threads, Unix
                        sockets) on 2 dedicated vCPUs; goal: within 3%
+    overhead-barrier   2 threads meeting at a barrier every ~0.4 ms on 2
+                       dedicated vCPUs (adaptability's dedicated phase);
+                       goal: within 3%
     adaptability       a 2-thread barrier kernel's throughput every 250 ms while
                        its 2 vCPUs walk through dedicated, capped 50%,
                        asymmetric 2:1, straggler, stacked, dedicated (12 s
@@ -63,7 +66,8 @@ EXAMPLES
   vsched bench sched --only adaptability --rounds 3 --plot docs/img")]
 pub struct SchedBenchArgs {
     /// Run only this scenario (repeatable): rwc, rwc-cpuset, capacity, bvs, bvs-best-effort,
-    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, overhead-messaging, adaptability
+    /// ivh-1, ivh-2, ivh-4, overhead-cpu, overhead-pingpong, overhead-messaging,
+    /// overhead-barrier, adaptability
     #[arg(long, value_name = "NAME")]
     only: Vec<String>,
 

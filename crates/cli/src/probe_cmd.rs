@@ -79,11 +79,13 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     heavy: Option<Duration>,
 
-    /// Under --watch, run a heavy phase this often
+    /// Under --watch, run a heavy phase this often (and in the step after a
+    /// vCPU's share moved by a quarter, at most every 2s)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     heavy_every: Duration,
 
-    /// Under --watch, validate the topology this often (full re-probe if it changed)
+    /// Under --watch, validate the topology this often (full re-probe if it
+    /// changed; also after a vCPU's share moved, as the heavy phase)
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     topology_every: Duration,
 
@@ -241,7 +243,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         if signals::stopped() {
             return Ok(());
         }
-        step = schedule.next(Instant::now(), session.shifting());
+        step = schedule.next(Instant::now(), session.signals());
     }
 }
 

@@ -116,6 +116,9 @@ pub struct VcpuEstimate {
     speed: Ema,
     /// Most recent episodes, newest last, at most `EPISODE_HISTORY`.
     recent_episodes_ns: Vec<u64>,
+    /// The last sample could not read the hypervisor (a blind light
+    /// window and no heavy one): the estimate kept its old reading.
+    last_blind: bool,
 }
 
 /// A share of the vCPU's time (a quarter) by which two readings in a row
@@ -140,6 +143,7 @@ impl VcpuEstimate {
             preempted: Ema::with_step(half_life_s, STEP_SHARE),
             speed: Ema::new(half_life_s),
             recent_episodes_ns: Vec::new(),
+            last_blind: false,
         }
     }
 
@@ -149,6 +153,7 @@ impl VcpuEstimate {
     /// keeps its last reading until the prober runs again).
     pub fn update(&mut self, s: &VcpuSample, now_s: f64) {
         self.updates += 1;
+        self.last_blind = s.hypervisor_blind;
         if !s.hypervisor_blind {
             self.hypervisor.update_at(s.hypervisor_frac, now_s);
             self.hidden.update_at(s.hidden_frac, now_s);
@@ -173,6 +178,13 @@ impl VcpuEstimate {
     /// cap, a neighbour, a re-placement), which the next sample confirms.
     pub fn shifting(&self) -> bool {
         self.hypervisor.step_pending()
+    }
+
+    /// Whether the last sample was blind to the hypervisor (its guest
+    /// kept the light prober waiting; no heavy window in it): only a heavy
+    /// window can tell whether the vCPU's lot changed.
+    pub fn blind(&self) -> bool {
+        self.last_blind
     }
 
     /// Derived, not smoothed on its own: each part keeps its own rate.

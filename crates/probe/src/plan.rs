@@ -223,27 +223,43 @@ pub const WATCH_TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
 pub const STRAGGLER_RATIO: f64 = 0.2;
 pub const EMA_HALF_LIFE: Duration = Duration::from_secs(3);
 
-/// A vCPU whose share just moved (a step of [`STEP_SHARE`] pending) gets
-/// a heavy window and a topology validation in the next step, but at most
-/// this often: a host whose noise moves a share by a quarter from one
-/// window to the next would otherwise get both every step. Two seconds
-/// still follow a real change in the next step after it (measured before
-/// this rule: a stacked pair was hidden 5-6 s after the host stacked it,
-/// waiting for the 10 s topology rhythm).
-///
-/// [`STEP_SHARE`]: vsched_model::capacity::STEP_SHARE
-pub const SHIFT_CHECK_SPACING: Duration = Duration::from_secs(2);
+/// What the last step saw that calls for a heavy window or a topology
+/// check before they are due (`Session::signals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepSignals {
+    /// Some vCPU's hypervisor share read far from its estimate: a change
+    /// (a cap, a neighbour, a re-placement) that one more reading confirms.
+    pub shifting: bool,
+    /// Some vCPU's light window was blind (its guest tasks kept the prober
+    /// waiting): only a heavy window sees whether its lot changed.
+    pub blind: bool,
+}
+
+/// Topology checks brought forward by a shift, and heavy windows brought
+/// forward by a blind light window, at most this often: a host whose noise
+/// moves a share by a quarter from one window to the next, or a workload
+/// that keeps every vCPU busy, would otherwise get them every step (a
+/// heavy window takes each vCPU at high priority; a topology check pairs
+/// them up). Two seconds still follow a change within a step or two
+/// (measured before this rule: a stacked pair was hidden 5-6 s after the
+/// host stacked it, waiting for the 10 s topology rhythm).
+pub const SIGNAL_CHECK_SPACING: Duration = Duration::from_secs(2);
 
 /// Under `--watch`: a light window every step, a heavy window and a
-/// topology validation as often as asked, and at once when a vCPU's share
-/// shifts (see [`SHIFT_CHECK_SPACING`]).
+/// topology validation as often as asked, and sooner when the last step
+/// calls for them ([`StepSignals`]): a shift gets a heavy window in the
+/// next step (the reading that confirms it or not; a shift is pending for
+/// one reading only, so this costs one window per far reading) and a
+/// topology check; a blind light window gets a heavy one; both of the
+/// latter at most every [`SIGNAL_CHECK_SPACING`].
 #[derive(Debug, Clone)]
 pub struct WatchSchedule {
     heavy_every: Duration,
     topology_every: Duration,
     last_heavy: Instant,
     last_topology: Instant,
-    last_shift_check: Option<Instant>,
+    last_shift_topology: Option<Instant>,
+    last_blind_heavy: Option<Instant>,
 }
 
 impl WatchSchedule {
@@ -254,23 +270,30 @@ impl WatchSchedule {
             topology_every,
             last_heavy: start,
             last_topology: start,
-            last_shift_check: None,
+            last_shift_topology: None,
+            last_blind_heavy: None,
         }
     }
 
-    /// The plan of the step that starts at `now`; `shifting`: the last
-    /// step saw a vCPU's share move (`Session::shifting`).
-    pub fn next(&mut self, now: Instant, shifting: bool) -> StepPlan {
-        let check_shift = shifting
-            && self
-                .last_shift_check
-                .is_none_or(|last| now.duration_since(last) >= SHIFT_CHECK_SPACING);
-        if check_shift {
-            self.last_shift_check = Some(now);
+    /// The plan of the step that starts at `now`, after a step that saw
+    /// `signals`.
+    pub fn next(&mut self, now: Instant, signals: StepSignals) -> StepPlan {
+        let spaced = |last: Option<Instant>| {
+            last.is_none_or(|last| now.duration_since(last) >= SIGNAL_CHECK_SPACING)
+        };
+        let shift_topology = signals.shifting && spaced(self.last_shift_topology);
+        if shift_topology {
+            self.last_shift_topology = Some(now);
         }
-        let heavy = check_shift || now.duration_since(self.last_heavy) >= self.heavy_every;
+        let blind_heavy = signals.blind && spaced(self.last_blind_heavy);
+        if blind_heavy {
+            self.last_blind_heavy = Some(now);
+        }
+        let heavy = signals.shifting
+            || blind_heavy
+            || now.duration_since(self.last_heavy) >= self.heavy_every;
         let topology =
-            check_shift || now.duration_since(self.last_topology) >= self.topology_every;
+            shift_topology || now.duration_since(self.last_topology) >= self.topology_every;
         if heavy {
             self.last_heavy = now;
         }
@@ -416,37 +439,54 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut w = WatchSchedule::new(s(5), s(10), t0);
-        let plan = w.next(t0 + s(1), false);
+        let quiet = StepSignals::default();
+        let plan = w.next(t0 + s(1), quiet);
         assert_eq!(
             (plan.light, plan.heavy, plan.topology),
             (true, false, TopologyStep::Skip)
         );
-        let plan = w.next(t0 + s(5), false);
+        let plan = w.next(t0 + s(5), quiet);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
         // The heavy window's clock restarted at 5 s; the topology's did not.
-        let plan = w.next(t0 + s(10), false);
+        let plan = w.next(t0 + s(10), quiet);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
-        let plan = w.next(t0 + s(12), false);
+        let plan = w.next(t0 + s(12), quiet);
         assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
     }
 
     #[test]
-    fn a_shifting_share_brings_both_checks_forward_at_most_every_two_seconds() {
+    fn a_shift_brings_both_checks_forward_and_a_blind_window_the_heavy_one() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
+        let quiet = StepSignals::default();
+        let shifting = StepSignals {
+            shifting: true,
+            blind: false,
+        };
+        let blind = StepSignals {
+            shifting: false,
+            blind: true,
+        };
         let mut w = WatchSchedule::new(s(5), s(10), t0);
-        let plan = w.next(t0 + s(1), true);
+        let plan = w.next(t0 + s(1), shifting);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
-        // A host that keeps the shares moving: not every step.
-        let plan = w.next(t0 + s(2), true);
-        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
-        let plan = w.next(t0 + s(3), true);
-        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
-        // Both rhythms restarted with the check.
-        let plan = w.next(t0 + s(7), false);
-        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
-        let plan = w.next(t0 + s(8), false);
+        // Still shifting a step later: the heavy window again (the reading
+        // that confirms), the topology not before 2 s.
+        let plan = w.next(t0 + s(2), shifting);
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
+        let plan = w.next(t0 + s(3), shifting);
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Validate));
+        // Both rhythms restarted with the checks.
+        let plan = w.next(t0 + s(7), quiet);
+        assert_eq!((plan.heavy, plan.topology), (false, TopologyStep::Skip));
+        let plan = w.next(t0 + s(8), quiet);
+        assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
+        // A busy workload keeps the light windows blind: a heavy window
+        // every 2 s, no topology check.
+        let mut w = WatchSchedule::new(s(5), s(10), t0);
+        let heavies: Vec<bool> = (1..=6).map(|k| w.next(t0 + s(k), blind).heavy).collect();
+        assert_eq!(heavies, [true, false, true, false, true, false]);
+        assert_eq!(w.next(t0 + s(7), blind).topology, TopologyStep::Skip);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! into reports. A one-shot probe is one step; `--watch` is a series of
 //! steps sharing smoothed state (EMA) and the last known topology.
 
+use crate::plan::StepSignals;
 use crate::vcap::{self, SampleConfig};
 use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -89,11 +90,13 @@ impl Session {
         self.topology = Some((previous.to_topology(), previous.clone()));
     }
 
-    /// Whether the last step read some vCPU's hypervisor share far from
-    /// its estimate (a change the next step will confirm or not): the
-    /// `--watch` loops then check the heavy window and topology at once.
-    pub fn shifting(&self) -> bool {
-        self.estimates.iter().any(VcpuEstimate::shifting)
+    /// What the last step says about the next one's windows
+    /// (`WatchSchedule::next`).
+    pub fn signals(&self) -> StepSignals {
+        StepSignals {
+            shifting: self.estimates.iter().any(VcpuEstimate::shifting),
+            blind: self.estimates.iter().any(VcpuEstimate::blind),
+        }
     }
 
     pub fn measures_vcpus(&self) -> bool {

@@ -51,6 +51,6 @@ pub fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
             return;
         }
         std::thread::sleep(interval.saturating_sub(began.elapsed()));
-        step = schedule.next(Instant::now(), session.shifting());
+        step = schedule.next(Instant::now(), session.signals());
     }
 }

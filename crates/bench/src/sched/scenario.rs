@@ -339,6 +339,14 @@ pub const SCENARIOS: &[Scenario] = &[
          receivers, 100-byte messages over Unix sockets) on 2 dedicated vCPUs",
         &["messaging", "2", "4", "1000"],
     ),
+    // The adaptability benchmark's dedicated phase alone: about 2,500
+    // barrier rounds a second under TCG, so 2,000 rounds take ~0.8 s.
+    overhead(
+        "overhead-barrier",
+        "overhead: 2 threads meeting at a barrier every ~0.4 ms on 2 dedicated vCPUs \
+         (the adaptability benchmark's dedicated phase)",
+        &["barrier", "2", "2000", "200000"],
+    ),
     Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \
