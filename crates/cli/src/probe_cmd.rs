@@ -79,8 +79,9 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     heavy: Option<Duration>,
 
-    /// Under --watch, run a heavy phase this often (and in the step after a
-    /// vCPU's share moved by a quarter, at most every 2s)
+    /// Under --watch, run a heavy phase this often (also in the step after a
+    /// vCPU's share moved by a quarter, and after a blind light window at
+    /// most every 2s)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     heavy_every: Duration,
 

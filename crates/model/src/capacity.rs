@@ -129,6 +129,17 @@ pub struct VcpuEstimate {
 /// vCPU capped to 10% took over 15 s to read as a straggler.
 pub const STEP_SHARE: f64 = 0.25;
 
+/// A factor by which the vCPU's available share (1 - the hypervisor's)
+/// must change, two readings in a row, for the estimate to restart at the
+/// new level even when the absolute change is under [`STEP_SHARE`]
+/// (`Ema::with_share_step`): a vCPU at 33% that falls to 10% is a
+/// straggler now. Twice: halving a vCPU's time is a change of regime,
+/// while readings of a steady vCPU at 50% scatter by a few points. Near
+/// zero the factor is easily passed (a vCPU capped at 10% read 2-9% in
+/// the lab), but a restart there moves the estimate within the same
+/// straggler range, and two readings in a row on one side are needed.
+pub const STEP_AVAILABLE_RATIO: f64 = 2.0;
+
 /// Episodes kept per vCPU for the mean/p95 ("vCPU latency").
 pub const EPISODE_HISTORY: usize = 256;
 
@@ -137,7 +148,7 @@ impl VcpuEstimate {
         VcpuEstimate {
             cpu,
             updates: 0,
-            hypervisor: Ema::with_step(half_life_s, STEP_SHARE),
+            hypervisor: Ema::with_share_step(half_life_s, STEP_SHARE, STEP_AVAILABLE_RATIO),
             hidden: Ema::with_step(half_life_s, STEP_SHARE),
             reported_steal: Ema::with_step(half_life_s, STEP_SHARE),
             preempted: Ema::with_step(half_life_s, STEP_SHARE),

@@ -23,6 +23,11 @@ pub struct Ema {
     /// The previous sample, if it was more than `step` away.
     #[serde(default)]
     away: Option<f64>,
+    /// For a share of time in [0, 1] (`with_share_step`): a sample is also
+    /// far when the rest of the time (1 - share) differs from the value's
+    /// by more than this factor.
+    #[serde(default)]
+    rest_ratio: Option<f64>,
 }
 
 impl Ema {
@@ -34,6 +39,7 @@ impl Ema {
             last_s: None,
             step: None,
             away: None,
+            rest_ratio: None,
         }
     }
 
@@ -46,6 +52,30 @@ impl Ema {
             step: Some(step),
             ..Ema::new(half_life_s)
         }
+    }
+
+    /// [`Ema::with_step`] for a share of time (0..=1) whose rest matters
+    /// too: a sample is also far when `1 - sample` and `1 - value` differ
+    /// by more than `rest_ratio` times. The hypervisor's share of a vCPU
+    /// going from 0.67 to 0.90 is a step of 0.23 only, but the vCPU's
+    /// available share falls from 33% to 10%, a third: the change from a
+    /// weak vCPU to a straggler that RWC should follow at once.
+    pub fn with_share_step(half_life_s: f64, step: f64, rest_ratio: f64) -> Self {
+        Ema {
+            rest_ratio: Some(rest_ratio),
+            ..Ema::with_step(half_life_s, step)
+        }
+    }
+
+    /// Whether `sample` is more than a step away from `value`.
+    fn far(&self, value: f64, sample: f64) -> bool {
+        let beyond_step = self.step.is_some_and(|step| (sample - value).abs() > step);
+        let beyond_ratio = self.rest_ratio.is_some_and(|ratio| {
+            let (a, b) = ((1.0 - value).max(0.0), (1.0 - sample).max(0.0));
+            let (low, high) = if a < b { (a, b) } else { (b, a) };
+            high > low * ratio
+        });
+        beyond_step || beyond_ratio
     }
 
     /// Weight the new sample gets after `dt_s` seconds.
@@ -61,7 +91,7 @@ impl Ema {
         let next = match self.value {
             None => sample,
             Some(prev) => {
-                let far = self.step.is_some_and(|step| (sample - prev).abs() > step);
+                let far = self.far(prev, sample);
                 let same_side = self
                     .away
                     .is_some_and(|a| (a - prev).signum() == (sample - prev).signum());
@@ -131,6 +161,32 @@ mod tests {
         e.update(0.0, 0.0);
         e.update(0.2, 1.0);
         assert!(e.update(0.2, 1.0) < 0.2);
+    }
+
+    /// Regression (adaptability benchmark): a vCPU going from a third
+    /// available to a tenth moved the hypervisor's share by 0.23 only,
+    /// under the step, and took 5-8 s of smoothing to read as a straggler.
+    #[test]
+    fn a_share_whose_rest_falls_by_more_than_the_ratio_jumps() {
+        let mut e = Ema::with_share_step(3.0, 0.25, 2.0);
+        e.update(0.67, 0.0);
+        e.update(0.90, 1.0);
+        assert!(e.step_pending());
+        assert_eq!(e.update(0.91, 1.0), 0.91);
+        // Back up again: 9% to 33% available.
+        e.update(0.67, 1.0);
+        assert_eq!(e.update(0.67, 1.0), 0.67);
+        // Noise near a low share is not a step: 8% against 5% available.
+        let mut e = Ema::with_share_step(3.0, 0.25, 2.0);
+        e.update(0.95, 0.0);
+        e.update(0.92, 1.0);
+        assert!(!e.step_pending());
+        assert!(e.update(0.92, 1.0) > 0.92);
+        // The plain step rule does not see the first change.
+        let mut e = Ema::with_step(3.0, 0.25);
+        e.update(0.67, 0.0);
+        e.update(0.90, 1.0);
+        assert!(e.update(0.90, 1.0) < 0.85);
     }
 
     #[test]
