@@ -437,6 +437,18 @@ mod tests {
         light.gaps.truncate(1);
         let s = VcpuSample::from_timelines(0, Some(&light), None, &f);
         assert_eq!(s.available_frac, 1.0);
+        // Short hypervisor parts (the guest's task switches) are not scaled:
+        // 70% guest, 100 gaps with 30 µs of hidden time each = 3%.
+        light.gaps = (0..100)
+            .map(|i| Gap {
+                start_ns: i * ms,
+                len_ns: 730_000,
+                guest_ns: 700_000,
+                hidden_ns: 30_000,
+            })
+            .collect();
+        let s = VcpuSample::from_timelines(0, Some(&light), None, &f);
+        assert!((s.available_frac - 0.97).abs() < 1e-9, "{s:?}");
         // A heavy window is read over the whole window, as before.
         let mut heavy = tl(Phase::Heavy, vec![], 1_000_000, 0);
         heavy.gaps = vec![Gap {
