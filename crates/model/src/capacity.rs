@@ -191,6 +191,12 @@ impl VcpuEstimate {
         self.hypervisor.step_pending()
     }
 
+    /// Whether the last sample confirmed such a change: the estimate
+    /// restarted at the new level.
+    pub fn shifted(&self) -> bool {
+        self.hypervisor.jumped()
+    }
+
     /// Whether the last sample was blind to the hypervisor (its guest
     /// kept the light prober waiting; no heavy window in it): only a heavy
     /// window can tell whether the vCPU's lot changed.

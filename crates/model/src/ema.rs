@@ -28,6 +28,9 @@ pub struct Ema {
     /// by more than this factor.
     #[serde(default)]
     rest_ratio: Option<f64>,
+    /// The last sample restarted the value at a new level.
+    #[serde(default)]
+    jumped: bool,
 }
 
 impl Ema {
@@ -40,6 +43,7 @@ impl Ema {
             step: None,
             away: None,
             rest_ratio: None,
+            jumped: false,
         }
     }
 
@@ -88,6 +92,7 @@ impl Ema {
 
     /// Folds in a sample taken `dt_s` seconds after the previous one.
     pub fn update(&mut self, sample: f64, dt_s: f64) -> f64 {
+        self.jumped = false;
         let next = match self.value {
             None => sample,
             Some(prev) => {
@@ -98,6 +103,7 @@ impl Ema {
                 self.away = far.then_some(sample);
                 if far && same_side {
                     self.away = None;
+                    self.jumped = true;
                     sample
                 } else {
                     prev + Self::alpha(self.half_life_s, dt_s) * (sample - prev)
@@ -126,6 +132,11 @@ impl Ema {
     pub fn step_pending(&self) -> bool {
         self.away.is_some()
     }
+
+    /// Whether the last sample confirmed a step: the value restarted at it.
+    pub fn jumped(&self) -> bool {
+        self.jumped
+    }
 }
 
 #[cfg(test)]
@@ -147,9 +158,11 @@ mod tests {
         // Each far sample leaves a step pending until one confirms it.
         assert!(!e.step_pending());
         e.update(0.1, 1.0);
-        assert!(e.step_pending());
+        assert!(e.step_pending() && !e.jumped());
         e.update(0.1, 1.0);
-        assert!(!e.step_pending());
+        assert!(!e.step_pending() && e.jumped());
+        e.update(0.1, 1.0);
+        assert!(!e.jumped());
         // Two far samples on opposite sides are not a step.
         let mut e = Ema::with_step(3.0, 0.25);
         e.update(0.5, 0.0);

@@ -95,6 +95,7 @@ impl Session {
     pub fn signals(&self) -> StepSignals {
         StepSignals {
             shifting: self.estimates.iter().any(VcpuEstimate::shifting),
+            shifted: self.estimates.iter().any(VcpuEstimate::shifted),
             blind: self.estimates.iter().any(VcpuEstimate::blind),
         }
     }
