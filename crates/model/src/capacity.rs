@@ -136,8 +136,9 @@ pub const STEP_SHARE: f64 = 0.25;
 /// straggler now. Twice: halving a vCPU's time is a change of regime,
 /// while readings of a steady vCPU at 50% scatter by a few points. Near
 /// zero the factor is easily passed (a vCPU capped at 10% read 2-9% in
-/// the lab), but a restart there moves the estimate within the same
-/// straggler range, and two readings in a row on one side are needed.
+/// the lab), and each far reading brings a heavy window forward, so the
+/// ratio counts only where the larger share is at least
+/// `Ema::RATIO_MIN_REST` (10%).
 pub const STEP_AVAILABLE_RATIO: f64 = 2.0;
 
 /// Episodes kept per vCPU for the mean/p95 ("vCPU latency").
@@ -185,16 +186,18 @@ impl VcpuEstimate {
     }
 
     /// Whether the last sample read the hypervisor's share far from the
-    /// estimate ([`STEP_SHARE`]): the vCPU's lot may just have changed (a
+    /// estimate ([`STEP_SHARE`], or the available share halved or doubled:
+    /// [`STEP_AVAILABLE_RATIO`]): the vCPU's lot may just have changed (a
     /// cap, a neighbour, a re-placement), which the next sample confirms.
+    /// Never after a blind sample, which left the estimate as it was.
     pub fn shifting(&self) -> bool {
-        self.hypervisor.step_pending()
+        !self.last_blind && self.hypervisor.step_pending()
     }
 
     /// Whether the last sample confirmed such a change: the estimate
     /// restarted at the new level.
     pub fn shifted(&self) -> bool {
-        self.hypervisor.jumped()
+        !self.last_blind && self.hypervisor.jumped()
     }
 
     /// Whether the last sample was blind to the hypervisor (its guest
@@ -465,6 +468,27 @@ mod tests {
         }];
         let s = VcpuSample::from_timelines(0, None, Some(&heavy), &f);
         assert!((s.hypervisor_frac - 0.5).abs() < 1e-9, "{s:?}");
+    }
+
+    /// Review: a blind sample leaves the estimate as it was, so it must not
+    /// repeat the step signals of the sample before it.
+    #[test]
+    fn a_blind_sample_signals_no_shift() {
+        let mut e = VcpuEstimate::new(0, 3.0);
+        let reading = |h: f64, blind: bool| VcpuSample {
+            hypervisor_frac: h,
+            hypervisor_blind: blind,
+            ..Default::default()
+        };
+        e.update(&reading(0.0, false), 0.0);
+        e.update(&reading(0.9, false), 1.0);
+        assert!(e.shifting() && !e.shifted());
+        e.update(&reading(0.0, true), 2.0);
+        assert!(!e.shifting() && !e.shifted() && e.blind());
+        e.update(&reading(0.9, false), 3.0);
+        assert!(e.shifted());
+        e.update(&reading(0.0, true), 4.0);
+        assert!(!e.shifted());
     }
 
     #[test]

@@ -71,13 +71,20 @@ impl Ema {
         }
     }
 
+    /// The rest (1 - share) below which `with_share_step`'s ratio does not
+    /// count: a vCPU available 2-9% of the time scatters by 4x between
+    /// readings (a 10% cap in the lab), and every far reading costs the
+    /// probers a heavy window; below a tenth the vCPU is a straggler
+    /// whichever way it reads.
+    pub const RATIO_MIN_REST: f64 = 0.1;
+
     /// Whether `sample` is more than a step away from `value`.
     fn far(&self, value: f64, sample: f64) -> bool {
         let beyond_step = self.step.is_some_and(|step| (sample - value).abs() > step);
         let beyond_ratio = self.rest_ratio.is_some_and(|ratio| {
             let (a, b) = ((1.0 - value).max(0.0), (1.0 - sample).max(0.0));
             let (low, high) = if a < b { (a, b) } else { (b, a) };
-            high > low * ratio
+            high >= Self::RATIO_MIN_REST && high > low * ratio
         });
         beyond_step || beyond_ratio
     }
@@ -189,12 +196,17 @@ mod tests {
         // Back up again: 9% to 33% available.
         e.update(0.67, 1.0);
         assert_eq!(e.update(0.67, 1.0), 0.67);
-        // Noise near a low share is not a step: 8% against 5% available.
+        // Noise near a low share is not a step: 8% against 5% available,
+        // nor 9% against 2% (under a tenth).
         let mut e = Ema::with_share_step(3.0, 0.25, 2.0);
         e.update(0.95, 0.0);
         e.update(0.92, 1.0);
         assert!(!e.step_pending());
         assert!(e.update(0.92, 1.0) > 0.92);
+        let mut e = Ema::with_share_step(3.0, 0.25, 2.0);
+        e.update(0.98, 0.0);
+        e.update(0.91, 1.0);
+        assert!(!e.step_pending());
         // The plain step rule does not see the first change.
         let mut e = Ema::with_step(3.0, 0.25);
         e.update(0.67, 0.0);

@@ -160,21 +160,22 @@ impl Timeline {
             .max(self.reported_steal_frac())
     }
 
-    /// [`Self::hidden_frac`] read as [`Self::hypervisor_frac_watched`].
+    /// [`Self::hidden_frac`] read as [`Self::hypervisor_frac_watched`]
+    /// (the hidden part of a gap whose hypervisor part is long is scaled).
     pub fn hidden_frac_watched(&self) -> f64 {
         self.watched(|g| g.hidden_ns)
     }
 
-    /// The `part` of every gap as a share of the window, its long parts
-    /// (from [`WATCHED_MIN_GAP_NS`]) as a share of the watched part (the
-    /// window less the guest's time; the whole window when the guest held
-    /// all of it).
+    /// The `part` of every gap as a share of the window, where the gap's
+    /// hypervisor part is long (from [`WATCHED_MIN_GAP_NS`]) as a share of
+    /// the watched part (the window less the guest's time; the whole
+    /// window when the guest held all of it).
     fn watched(&self, part: impl Fn(&Gap) -> u64) -> f64 {
         let guest: u64 = self.gaps.iter().map(|g| g.guest_ns).sum();
         let (mut short, mut long) = (0u64, 0u64);
         for g in &self.gaps {
             let p = part(g);
-            if p >= WATCHED_MIN_GAP_NS {
+            if g.hypervisor_ns() >= WATCHED_MIN_GAP_NS {
                 long += p;
             } else {
                 short += p;

@@ -251,9 +251,11 @@ pub const SIGNAL_CHECK_SPACING: Duration = Duration::from_secs(2);
 /// Under `--watch`: a light window every step, a heavy window and a
 /// topology validation as often as asked, and sooner when the last step
 /// calls for them ([`StepSignals`]): a far reading gets a heavy window in
-/// the next step (the reading that confirms it or not; a shift is pending
-/// for one reading only, so this costs one window per far reading); a
-/// confirmed change gets a topology check, and a blind light window a
+/// the next step (it re-measures speed and pre-emption, half of capacity,
+/// and where the light window is blind it is the reading that confirms
+/// the change or not; a shift is pending for one reading only, so this
+/// costs one window per far reading); a confirmed change gets a topology
+/// check, and a blind light window a
 /// heavy one, both at most every [`SIGNAL_CHECK_SPACING`]. Topology waits
 /// for the confirmation because a check takes every vCPU at high
 /// priority for tens of milliseconds: on four vCPUs capped at 50% whose
