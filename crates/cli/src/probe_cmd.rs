@@ -80,8 +80,7 @@ pub struct ProbeArgs {
     heavy: Option<Duration>,
 
     /// Under --watch, run a heavy phase this often (also in the step after a
-    /// vCPU's share read far from its estimate, by a quarter or 2x, and at
-    /// most every 2s after a blind light window)
+    /// vCPU's share read far from its estimate, by a quarter or 2x)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     heavy_every: Duration,
 

@@ -233,19 +233,21 @@ pub struct StepSignals {
     /// Some vCPU's estimate restarted at a new level (a change confirmed):
     /// a re-placement may have stacked or unstacked it.
     pub shifted: bool,
-    /// Some vCPU's light window was blind (its guest tasks kept the prober
-    /// waiting): only a heavy window sees whether its lot changed.
-    pub blind: bool,
 }
 
-/// Topology checks brought forward by a shift, and heavy windows brought
-/// forward by a blind light window, at most this often: a host whose noise
-/// moves a share by a quarter from one window to the next, or a workload
-/// that keeps every vCPU busy, would otherwise get them every step (a
-/// heavy window takes each vCPU at high priority; a topology check pairs
-/// them up). Two seconds still follow a change within a step or two
-/// (measured before this rule: a stacked pair was hidden 5-6 s after the
-/// host stacked it, waiting for the 10 s topology rhythm).
+/// Topology checks brought forward by a confirmed shift at most this
+/// often: a host whose noise moves a share from one window to the next
+/// would otherwise get one every other step (a check pairs the vCPUs up
+/// at high priority). Two seconds still follow a change within a step or
+/// two (measured before this rule: a stacked pair was hidden 5-6 s after
+/// the host stacked it, waiting for the 10 s topology rhythm).
+///
+/// Tried and removed: a heavy window every 2 s while a light window is
+/// blind (every vCPU busy), to see a straggler under a CPU-bound load
+/// sooner. Each heavy window pre-empts every thread, and the lab's IVH
+/// test saw its control thread (IVH off) spread over the vCPUs as much
+/// as IVH spreads it (its main vCPU 42% of its time, 60-70% before),
+/// with no measured gain to set against it.
 pub const SIGNAL_CHECK_SPACING: Duration = Duration::from_secs(2);
 
 /// Under `--watch`: a light window every step, a heavy window and a
@@ -255,8 +257,7 @@ pub const SIGNAL_CHECK_SPACING: Duration = Duration::from_secs(2);
 /// and where the light window is blind it is the reading that confirms
 /// the change or not; a shift is pending for one reading only, so this
 /// costs one window per far reading); a confirmed change gets a topology
-/// check, and a blind light window a
-/// heavy one, both at most every [`SIGNAL_CHECK_SPACING`]. Topology waits
+/// check, at most every [`SIGNAL_CHECK_SPACING`]. Topology waits
 /// for the confirmation because a check takes every vCPU at high
 /// priority for tens of milliseconds: on four vCPUs capped at 50% whose
 /// 10 ms heavy readings scatter widely, checking on every far reading
@@ -269,7 +270,6 @@ pub struct WatchSchedule {
     last_heavy: Instant,
     last_topology: Instant,
     last_shift_topology: Option<Instant>,
-    last_blind_heavy: Option<Instant>,
 }
 
 impl WatchSchedule {
@@ -281,7 +281,6 @@ impl WatchSchedule {
             last_heavy: start,
             last_topology: start,
             last_shift_topology: None,
-            last_blind_heavy: None,
         }
     }
 
@@ -295,13 +294,7 @@ impl WatchSchedule {
         if shift_topology {
             self.last_shift_topology = Some(now);
         }
-        let blind_heavy = signals.blind && spaced(self.last_blind_heavy);
-        if blind_heavy {
-            self.last_blind_heavy = Some(now);
-        }
-        let heavy = signals.shifting
-            || blind_heavy
-            || now.duration_since(self.last_heavy) >= self.heavy_every;
+        let heavy = signals.shifting || now.duration_since(self.last_heavy) >= self.heavy_every;
         let topology =
             shift_topology || now.duration_since(self.last_topology) >= self.topology_every;
         if heavy {
@@ -465,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shift_brings_both_checks_forward_and_a_blind_window_the_heavy_one() {
+    fn a_shift_brings_the_heavy_window_forward_and_a_confirmed_one_the_topology() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let quiet = StepSignals::default();
@@ -475,10 +468,6 @@ mod tests {
         };
         let shifted = StepSignals {
             shifted: true,
-            ..quiet
-        };
-        let blind = StepSignals {
-            blind: true,
             ..quiet
         };
         let mut w = WatchSchedule::new(s(5), s(10), t0);
@@ -507,12 +496,6 @@ mod tests {
         assert_eq!((plan.heavy, plan.topology), (true, TopologyStep::Skip));
         let plan = w.next(t0 + s(12), quiet);
         assert_eq!(plan.topology, TopologyStep::Skip);
-        // A busy workload keeps the light windows blind: a heavy window
-        // every 2 s, no topology check.
-        let mut w = WatchSchedule::new(s(5), s(10), t0);
-        let heavies: Vec<bool> = (1..=6).map(|k| w.next(t0 + s(k), blind).heavy).collect();
-        assert_eq!(heavies, [true, false, true, false, true, false]);
-        assert_eq!(w.next(t0 + s(7), blind).topology, TopologyStep::Skip);
     }
 
     #[test]

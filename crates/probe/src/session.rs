@@ -96,7 +96,6 @@ impl Session {
         StepSignals {
             shifting: self.estimates.iter().any(VcpuEstimate::shifting),
             shifted: self.estimates.iter().any(VcpuEstimate::shifted),
-            blind: self.estimates.iter().any(VcpuEstimate::blind),
         }
     }
 
