@@ -315,16 +315,17 @@ pub fn score(t: &Truth, r: &ProbeReport, emulated: bool) -> Vec<Item> {
             .available_pct
             .filter(|_| max_avail > 0.0)
             .map(|a| a / max_avail);
-        let low = if rel < SWITCHED_OUT_BELOW {
+        let switched_out = rel < SWITCHED_OUT_BELOW;
+        let low = if switched_out {
             EMULATED_SWITCHED_LOW_TOLERANCE
         } else {
             CAPACITY_TOLERANCE
         };
         let avail_within = |m: f64| m >= rel * (1.0 - low) && m <= rel * (1.0 + CAPACITY_TOLERANCE);
-        let avail_tolerance = if low == CAPACITY_TOLERANCE {
-            format!("±{:.0}%", CAPACITY_TOLERANCE * 100.0)
-        } else {
+        let avail_tolerance = if switched_out {
             format!("-{:.0}%/+{:.0}%", low * 100.0, CAPACITY_TOLERANCE * 100.0)
+        } else {
+            format!("±{:.0}%", CAPACITY_TOLERANCE * 100.0)
         };
         items.push(Item {
             what: format!("vCPU {i} relative available share"),

@@ -69,13 +69,9 @@ impl VcpuSample {
         // A light window the guest's tasks shared is read over the part the
         // prober watched (Timeline::hypervisor_frac_watched); a heavy one
         // is pre-empted only briefly, and its pre-emption is counted apart.
-        let light_watched = |t: &Timeline| t.phase == Phase::Light;
-        let hypervisor_frac = steal_source.map_or(0.0, |t| {
-            if light_watched(t) {
-                t.hypervisor_frac_watched()
-            } else {
-                t.hypervisor_frac()
-            }
+        let (hypervisor_frac, hidden_frac) = steal_source.map_or((0.0, 0.0), |t| match t.phase {
+            Phase::Light => (t.hypervisor_frac_watched(), t.hidden_frac_watched()),
+            Phase::Heavy => (t.hypervisor_frac(), t.hidden_frac()),
         });
         let hypervisor_blind = light_blind && heavy.is_none();
         let preempted_frac = heavy.map(Timeline::guest_frac);
@@ -88,13 +84,7 @@ impl VcpuSample {
             available_frac: (1.0 - hypervisor_frac - preempted_frac.unwrap_or(0.0)).clamp(0.0, 1.0),
             hypervisor_frac,
             hypervisor_blind,
-            hidden_frac: steal_source.map_or(0.0, |t| {
-                if light_watched(t) {
-                    t.hidden_frac_watched()
-                } else {
-                    t.hidden_frac()
-                }
-            }),
+            hidden_frac,
             reported_steal_frac: steal_source.map_or(0.0, Timeline::reported_steal_frac),
             preempted_frac,
             speed: heavy.and_then(Timeline::speed),
@@ -198,13 +188,6 @@ impl VcpuEstimate {
     /// restarted at the new level.
     pub fn shifted(&self) -> bool {
         !self.last_blind && self.hypervisor.jumped()
-    }
-
-    /// Whether the last sample was blind to the hypervisor (its guest
-    /// kept the light prober waiting; no heavy window in it): only a heavy
-    /// window can tell whether the vCPU's lot changed.
-    pub fn blind(&self) -> bool {
-        self.last_blind
     }
 
     /// Derived, not smoothed on its own: each part keeps its own rate.
@@ -484,7 +467,7 @@ mod tests {
         e.update(&reading(0.9, false), 1.0);
         assert!(e.shifting() && !e.shifted());
         e.update(&reading(0.0, true), 2.0);
-        assert!(!e.shifting() && !e.shifted() && e.blind());
+        assert!(!e.shifting() && !e.shifted() && e.last_blind);
         e.update(&reading(0.9, false), 3.0);
         assert!(e.shifted());
         e.update(&reading(0.0, true), 4.0);
