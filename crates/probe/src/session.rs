@@ -8,7 +8,7 @@ use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use vsched_model::capacity::{VcpuEstimate, VcpuSample};
 use vsched_model::report::{self, Overhead, ProbeReport, Settings, Timing, TopologyReport};
-use vsched_model::{EpisodeFilter, Timeline, Topology};
+use vsched_model::{EpisodeFilter, Relation, Timeline, Topology};
 use vsched_os::clock;
 
 /// What to measure and how.
@@ -96,6 +96,11 @@ impl Session {
         StepSignals {
             shifting: self.estimates.iter().any(VcpuEstimate::shifting),
             shifted: self.estimates.iter().any(VcpuEstimate::shifted),
+            stacked: self.opts.topology
+                && self
+                    .topology
+                    .as_ref()
+                    .is_some_and(|(t, _)| t.groups(Relation::Stacked).iter().any(|g| g.len() > 1)),
         }
     }
 
