@@ -86,8 +86,9 @@ pub struct ProbeArgs {
 
     /// Under --watch, validate the topology this often (full re-probe if it
     /// changed; also in the step after a vCPU's share moved by a quarter or
-    /// 2x two readings in a row, at most every 2s; every 2s while some vCPUs
-    /// are stacked, since only a check sees them placed apart again)
+    /// 2x two readings in a row, at most every 2s; at least every 2s while
+    /// some vCPUs are stacked, since only a check sees them placed apart
+    /// again)
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     topology_every: Duration,
 

@@ -159,13 +159,16 @@ impl Topology {
             .map(|i| i as u32)
     }
 
-    /// Pairs that re-check this topology cheaply: one stacked pair per
-    /// stacked group, and a chain through one representative per core group.
+    /// Pairs that re-check this topology cheaply: each stacked group's
+    /// first vCPU with every other member (one pair per group would miss
+    /// the host moving any other member apart, and nothing else signals
+    /// that: RWC keeps those members idle), and a chain through one
+    /// representative per core group.
     pub fn validation_pairs(&self) -> Vec<(u32, u32)> {
         let mut pairs = Vec::new();
         for g in self.groups(Relation::Stacked) {
-            if g.len() > 1 {
-                pairs.push((g[0], g[1]));
+            for &other in g.iter().skip(1) {
+                pairs.push((g[0], other));
             }
         }
         let reps: Vec<u32> = self.groups(Relation::Smt).iter().map(|g| g[0]).collect();
@@ -471,5 +474,23 @@ mod tests {
         assert!(v.contains(&(6, 7)));
         // Core groups {0,1} {2,3} {4,5} {6,7}: chain of three.
         assert_eq!(v.len(), 1 + 3);
+    }
+
+    /// Regression (found in review): with one pair per stacked group, the
+    /// host moving vCPU 2 of a group {0, 1, 2} apart passed every check.
+    #[test]
+    fn validation_pairs_reach_every_member_of_a_stacked_group() {
+        let cpus = [0, 1, 2, 3];
+        let probes: Vec<PairProbe> = all_pairs(&cpus, |a, b| {
+            if b <= 2 {
+                stacked(a, b)
+            } else {
+                probe(a, b, 80.0)
+            }
+        });
+        let t = classify(&cpus, &probes, &TopologyParams::default());
+        assert_eq!(t.groups(Relation::Stacked), [vec![0, 1, 2], vec![3]]);
+        let v = t.validation_pairs();
+        assert!(v.contains(&(0, 1)) && v.contains(&(0, 2)), "{v:?}");
     }
 }

@@ -161,7 +161,8 @@ pub fn probe_pairs(pairs: &[(u32, u32)], cfg: &VtopConfig) -> Vec<PairProbe> {
     probe_pairs_limited(pairs, cfg, &|_| cfg.max_attempts)
 }
 
-/// [`probe_pairs`] with each pair's own limit of windows.
+/// [`probe_pairs`] with each pair's own limit of windows (it can only
+/// lower `cfg.max_attempts`, which bounds the rounds).
 fn probe_pairs_limited(
     pairs: &[(u32, u32)],
     cfg: &VtopConfig,
