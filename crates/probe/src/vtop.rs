@@ -100,6 +100,15 @@ pub fn probe_full(cpus: &[u32], cfg: &VtopConfig, progress: &dyn Fn(f64)) -> Ful
 /// made while vCPUs are stacked (`plan::STACKED_TOPOLOGY_EVERY`) at one
 /// window (10 ms) instead of up to seven (10 + 20 + 40 ms).
 pub fn validate(previous: &Topology, cfg: &VtopConfig) -> (Vec<PairProbe>, bool) {
+    validate_with(previous, cfg, &run_parallel)
+}
+
+/// What runs one round of pair probes in parallel: (pairs, window_ns,
+/// target transfers) -> one probe per pair. [`run_parallel`], or a stand-in
+/// in the unit tests.
+type RunPairs<'a> = &'a dyn Fn(&[(u32, u32)], u64, u64) -> Vec<PairProbe>;
+
+fn validate_with(previous: &Topology, cfg: &VtopConfig, run: RunPairs) -> (Vec<PairProbe>, bool) {
     let pairs = previous.validation_pairs();
     let mut probes = Vec::new();
     let one_window = |(a, b): (u32, u32)| {
@@ -110,7 +119,7 @@ pub fn validate(previous: &Topology, cfg: &VtopConfig) -> (Vec<PairProbe>, bool)
         }
     };
     for round in disjoint_rounds(&pairs) {
-        probes.extend(probe_pairs_limited(&round, cfg, &one_window));
+        probes.extend(probe_pairs_limited(&round, cfg, &one_window, run));
     }
     let valid = probes.iter().all(|p| still_holds(previous, p, &cfg.params));
     (probes, valid)
@@ -158,7 +167,7 @@ fn disjoint_rounds(pairs: &[(u32, u32)]) -> Vec<Vec<(u32, u32)>> {
 /// Probes disjoint pairs in parallel; pairs with too few overlapping
 /// transfers are retried with a doubled window, up to `max_attempts`.
 pub fn probe_pairs(pairs: &[(u32, u32)], cfg: &VtopConfig) -> Vec<PairProbe> {
-    probe_pairs_limited(pairs, cfg, &|_| cfg.max_attempts)
+    probe_pairs_limited(pairs, cfg, &|_| cfg.max_attempts, &run_parallel)
 }
 
 /// [`probe_pairs`] with each pair's own limit of windows (it can only
@@ -167,6 +176,7 @@ fn probe_pairs_limited(
     pairs: &[(u32, u32)],
     cfg: &VtopConfig,
     max_attempts: &dyn Fn((u32, u32)) -> u32,
+    run: RunPairs,
 ) -> Vec<PairProbe> {
     let mut done = Vec::new();
     let mut pending: Vec<(u32, u32)> = pairs.to_vec();
@@ -176,7 +186,7 @@ fn probe_pairs_limited(
         if pending.is_empty() {
             break;
         }
-        let results = run_parallel(&pending, window, cfg.target_transfers);
+        let results = run(&pending, window, cfg.target_transfers);
         pending.clear();
         for r in results {
             let key = (r.a, r.b);
@@ -332,5 +342,101 @@ fn initiate(
         window_ns: now.saturating_sub(start).max(1),
         latency_ns: best,
         attempts: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    fn probe(a: u32, b: u32, fast_transfers: u64, latency_ns: Option<f64>) -> PairProbe {
+        PairProbe {
+            a,
+            b,
+            transfers: fast_transfers.max(4),
+            fast_transfers,
+            window_ns: 0,
+            latency_ns,
+            attempts: 0,
+        }
+    }
+
+    /// vCPUs 0 and 1 stacked, vCPU 2 apart from both.
+    fn known() -> Topology {
+        let p = TopologyParams::default();
+        topology::classify(
+            &[0, 1, 2],
+            &[
+                probe(0, 1, 0, None),
+                probe(0, 2, 5_000, Some(80.0)),
+                probe(1, 2, 5_000, Some(80.0)),
+            ],
+            &p,
+        )
+    }
+
+    /// Every window a stand-in ran: (pair, window_ns).
+    type Windows = Vec<((u32, u32), u64)>;
+
+    /// Validates `known()` against a stand-in for the pair probes that
+    /// answers `answer(pair)` in every window; returns the probes, the
+    /// verdict and the windows run.
+    fn validate_answering(
+        answer: impl Fn((u32, u32)) -> PairProbe,
+    ) -> (Vec<PairProbe>, bool, Windows) {
+        let windows = RefCell::new(Vec::new());
+        let run = |pairs: &[(u32, u32)], window_ns: u64, _target: u64| {
+            pairs
+                .iter()
+                .map(|&pair| {
+                    windows.borrow_mut().push((pair, window_ns));
+                    PairProbe {
+                        window_ns,
+                        ..answer(pair)
+                    }
+                })
+                .collect()
+        };
+        let (probes, valid) = validate_with(&known(), &VtopConfig::default(), &run);
+        (probes, valid, windows.into_inner())
+    }
+
+    #[test]
+    fn a_known_stacked_pair_is_validated_with_one_window() {
+        let ms = 1_000_000;
+        // Still as known: the stacked pair one window, the other as before.
+        let (probes, valid, windows) = validate_answering(|(a, b)| match (a, b) {
+            (0, 1) => probe(0, 1, 0, None),
+            _ => probe(a, b, 5_000, Some(80.0)),
+        });
+        assert!(valid, "{probes:?}");
+        assert_eq!(windows, [((0, 1), 10 * ms), ((0, 2), 10 * ms)]);
+        // Every pair reads stacked: the known-stacked pair still gets one
+        // window, the pair known apart all three (10, 20, 40 ms), so that
+        // two vCPUs merely not active together are not called stacked.
+        let (probes, valid, windows) = validate_answering(|(a, b)| probe(a, b, 0, None));
+        assert!(!valid, "(0, 2) now reads stacked: {probes:?}");
+        assert_eq!(
+            windows,
+            [
+                ((0, 1), 10 * ms),
+                ((0, 2), 10 * ms),
+                ((0, 2), 20 * ms),
+                ((0, 2), 40 * ms)
+            ]
+        );
+        let attempts = |pair: (u32, u32)| {
+            probes
+                .iter()
+                .find(|p| (p.a, p.b) == pair)
+                .map(|p| (p.attempts, p.window_ns))
+        };
+        assert_eq!(attempts((0, 1)), Some((1, 10 * ms)));
+        assert_eq!(attempts((0, 2)), Some((3, 70 * ms)));
+        // Placed apart: the first window shows it.
+        let (_, valid, windows) = validate_answering(|(a, b)| probe(a, b, 5_000, Some(80.0)));
+        assert!(!valid);
+        assert_eq!(windows.len(), 2);
     }
 }
