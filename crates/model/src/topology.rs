@@ -142,6 +142,11 @@ impl Topology {
         groups.into_values().collect()
     }
 
+    /// Whether any two vCPUs are stacked.
+    pub fn has_stacked(&self) -> bool {
+        self.relations.values().any(|&r| r == Relation::Stacked)
+    }
+
     /// The other members of `cpu`'s group at `within`.
     pub fn peers(&self, cpu: u32, within: Relation) -> Vec<u32> {
         self.groups(within)
@@ -490,6 +495,13 @@ mod tests {
         });
         let t = classify(&cpus, &probes, &TopologyParams::default());
         assert_eq!(t.groups(Relation::Stacked), [vec![0, 1, 2], vec![3]]);
+        assert!(t.has_stacked());
+        let apart = classify(
+            &cpus,
+            &all_pairs(&cpus, |a, b| probe(a, b, 80.0)),
+            &TopologyParams::default(),
+        );
+        assert!(!apart.has_stacked());
         let v = t.validation_pairs();
         assert!(v.contains(&(0, 1)) && v.contains(&(0, 2)), "{v:?}");
     }

@@ -8,7 +8,7 @@ use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use vsched_model::capacity::{VcpuEstimate, VcpuSample};
 use vsched_model::report::{self, Overhead, ProbeReport, Settings, Timing, TopologyReport};
-use vsched_model::{EpisodeFilter, Relation, Timeline, Topology};
+use vsched_model::{EpisodeFilter, Timeline, Topology};
 use vsched_os::clock;
 
 /// What to measure and how.
@@ -97,10 +97,7 @@ impl Session {
             shifting: self.estimates.iter().any(VcpuEstimate::shifting),
             shifted: self.estimates.iter().any(VcpuEstimate::shifted),
             stacked: self.opts.topology
-                && self
-                    .topology
-                    .as_ref()
-                    .is_some_and(|(t, _)| t.groups(Relation::Stacked).iter().any(|g| g.len() > 1)),
+                && self.topology.as_ref().is_some_and(|(t, _)| t.has_stacked()),
         }
     }
 

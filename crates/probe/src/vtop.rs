@@ -98,7 +98,7 @@ pub fn probe_full(cpus: &[u32], cfg: &VtopConfig, progress: &dyn Fn(f64)) -> Ful
 /// one window of few overlapping transfers says. A pair the host placed
 /// apart shows many in its first window. This keeps the frequent checks
 /// made while vCPUs are stacked (`plan::STACKED_TOPOLOGY_EVERY`) at one
-/// window (10 ms) instead of up to seven (10 + 20 + 40 ms).
+/// 10 ms window instead of up to 70 ms (10 + 20 + 40).
 pub fn validate(previous: &Topology, cfg: &VtopConfig) -> (Vec<PairProbe>, bool) {
     validate_with(previous, cfg, &run_parallel)
 }
@@ -111,7 +111,7 @@ type RunPairs<'a> = &'a dyn Fn(&[(u32, u32)], u64, u64) -> Vec<PairProbe>;
 fn validate_with(previous: &Topology, cfg: &VtopConfig, run: RunPairs) -> (Vec<PairProbe>, bool) {
     let pairs = previous.validation_pairs();
     let mut probes = Vec::new();
-    let one_window = |(a, b): (u32, u32)| {
+    let windows_for = |(a, b): (u32, u32)| {
         if previous.relation(a, b) == Some(topology::Relation::Stacked) {
             1
         } else {
@@ -119,7 +119,7 @@ fn validate_with(previous: &Topology, cfg: &VtopConfig, run: RunPairs) -> (Vec<P
         }
     };
     for round in disjoint_rounds(&pairs) {
-        probes.extend(probe_pairs_limited(&round, cfg, &one_window, run));
+        probes.extend(probe_pairs_limited(&round, cfg, &windows_for, run));
     }
     let valid = probes.iter().all(|p| still_holds(previous, p, &cfg.params));
     (probes, valid)
