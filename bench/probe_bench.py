@@ -6,9 +6,13 @@ Measures, on the machine it runs on:
   2. topology: full-probe and validation time, time per probed pair;
   3. --watch steady state on an idle machine: CPU spent in heavy phases and
      bookkeeping as % of one vCPU (goal: <= 1 %), from vsched's own
-     accounting and cross-checked against /proc/PID/stat.
+     accounting and cross-checked against /proc/PID/stat;
+  4. with --barrier-pairs N: what --watch costs a program that keeps every
+     vCPU busy (schedbench's barrier kernel, one thread per vCPU): the
+     kernel alone and beside `vsched probe --watch`, alternated N times;
+     the median of the N pair ratios (alone / beside: below 1 is a loss).
 
-Usage: bench/probe_bench.py [--runs N] [--watch-seconds S] [--json FILE]
+Usage: bench/probe_bench.py [--runs N] [--watch-seconds S] [--barrier-pairs N] [--json FILE]
 Prints a Markdown table; --json writes the raw figures.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
@@ -30,10 +34,41 @@ def proc_cpu_s(pid):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def barrier_cost(pairs):
+    """Pairs of (alone, beside --watch) runs of the barrier kernel, seconds."""
+    exe = os.path.join(tempfile.mkdtemp(prefix="vsched-probe-bench-"), "schedbench")
+    src = os.path.join(ROOT, "crates", "bench", "c", "schedbench.c")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", exe, src], check=True)
+    # Rounds of about 0.5 ms on this machine's vCPUs (the lab's
+    # overhead-barrier meets every 0.4 ms): 20,000 of them, about 10 s.
+    cmd = [exe, "barrier", str(os.cpu_count()), "20000", "400000"]
+
+    def barrier_s():
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return float(out.split()[1])  # "elapsed_s SECONDS"
+
+    runs = []
+    for _ in range(pairs):
+        alone = barrier_s()
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen([VSCHED, "probe", "--watch", "--json"], stdout=out, text=True)
+            # Past the first step (its full topology probe and heavy window).
+            time.sleep(4)
+            beside = barrier_s()
+            proc.terminate()
+            proc.wait()
+        runs.append((alone, beside))
+    os.unlink(exe)
+    os.rmdir(os.path.dirname(exe))
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--watch-seconds", type=float, default=60)
+    ap.add_argument("--barrier-pairs", type=int, default=0,
+                    help="also measure what --watch costs a barrier kernel on every vCPU, in N alternated pairs")
     ap.add_argument("--json", help="write raw results here")
     a = ap.parse_args()
     if not os.path.exists(VSCHED):
@@ -106,6 +141,13 @@ def main():
     print(f"| topology validation | {med(validate_ms):.2f} ms | |")
     print(f"| --watch heavy phases + bookkeeping ({ov['elapsed_s']:.0f} s idle) | {ov['heavy_and_bookkeeping_pct_of_one_vcpu']:.2f}% of one vCPU (outside view {outside_pct:.2f}%) | <= 1% |")
     print(f"| --watch light-phase spinning (idle cycles only) | {ov['light_pct_of_one_vcpu']:.1f}% of one vCPU | (not counted) |")
+    if a.barrier_pairs > 0:
+        runs = barrier_cost(a.barrier_pairs)
+        ratios = [alone / beside for alone, beside in runs]
+        res["barrier_pairs_s"] = runs
+        res["barrier_speed_beside_watch_median"] = round(med(ratios), 4)
+        print(f"| barrier kernel beside --watch, speed vs alone (median of {len(ratios)} pairs, min-max) "
+              f"| {med(ratios):.4f} ({min(ratios):.4f}-{max(ratios):.4f}) | |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
