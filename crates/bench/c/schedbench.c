@@ -3,6 +3,11 @@
  * kernel's default scheduler and under vsched's, side by side.
  *
  *   schedbench cpu THREADS ITERS            CPU-bound threads, fixed work each
+ *   schedbench rotate THREADS ITERS EVERY_US CPU,CPU,...
+ *       the cpu workload's threads moving themselves along the CPU list
+ *       every EVERY_US of wall time, thread i of n starting i/n of the
+ *       way along (two threads on "0,1,2,3": at 0 and 2): IVH's oracle, a
+ *       rotation that knows the layout
  *   schedbench barrier THREADS ROUNDS ITERS ITERS of work, then a barrier, ROUNDS times
  *   schedbench pingpong PAIRS ROUNDTRIPS    pairs of threads passing a byte through pipes
  *   schedbench messaging GROUPS FDS LOOPS   hackbench-like: in each group FDS senders
@@ -64,6 +69,44 @@ static volatile uint64_t sink;
 static void *cpu_thread(void *arg)
 {
 	sink += work(iters, (uintptr_t)arg);
+	return NULL;
+}
+
+/* The rotation of `schedbench rotate`: the CPU list, and how often. */
+static int rotate_cpus[128], nr_rotate_cpus, nr_rotate_threads;
+static double rotate_every_s;
+
+static void pin_to(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* cpu_thread's work, in chunks short enough (about 10 us) to move on
+ * time; the chain of multiply-adds is the same, only cut into pieces. */
+static void *rotate_thread(void *arg)
+{
+	const long chunk = 20000;
+	uint64_t x = (uintptr_t)arg | 1;
+	int k = (int)((uintptr_t)arg * nr_rotate_cpus / nr_rotate_threads) % nr_rotate_cpus;
+	double next = now_s() + rotate_every_s;
+
+	pin_to(rotate_cpus[k]);
+	for (long done = 0; done < iters; done += chunk) {
+		long n = iters - done < chunk ? iters - done : chunk;
+
+		for (long i = 0; i < n; i++)
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		if (now_s() >= next) {
+			k = (k + 1) % nr_rotate_cpus;
+			pin_to(rotate_cpus[k]);
+			next = now_s() + rotate_every_s;
+		}
+	}
+	sink += x;
 	return NULL;
 }
 
@@ -366,6 +409,18 @@ int main(int argc, char **argv)
 		iters = arg(argv, 3);
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, cpu_thread, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "rotate") && argc == 6) {
+		iters = arg(argv, 3);
+		rotate_every_s = arg(argv, 4) / 1e6;
+		for (char *c = strtok(argv[5], ","); c && nr_rotate_cpus < 128; c = strtok(NULL, ","))
+			rotate_cpus[nr_rotate_cpus++] = atoi(c);
+		if (!nr_rotate_cpus) {
+			fprintf(stderr, "schedbench: rotate needs a CPU list\n");
+			return 2;
+		}
+		nr_rotate_threads = n;
+		for (long i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, rotate_thread, (void *)(uintptr_t)i);
 	} else if (!strcmp(argv[1], "barrier") && argc == 5) {
 		rounds = arg(argv, 3);
 		iters = arg(argv, 4);

@@ -17,7 +17,8 @@ WHAT IT RUNS
     vsched    `vsched sched` loaded, probers warmed up for 3 s first
     vsched F  the same with a technique switched off (ablation)
     oracle    the workload pinned with taskset to the vCPUs a scheduler
-              that knew the layout would use: the limit
+              that knew the layout would use: the limit (IVH: each thread
+              moving itself over the vCPUs every 4 ms, `schedbench rotate`)
     fifo-reference  (overhead scenarios) a minimal FIFO sched_ext scheduler,
               no probers: what sched_ext itself costs under this guest
               (rwc-cpuset: vsched is `vsched daemon --rwc-cgroup` keeping

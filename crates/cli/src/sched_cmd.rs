@@ -74,6 +74,12 @@ pub struct SchedArgs {
     #[arg(long, hide = true)]
     ivh_unaware: bool,
 
+    /// Ablation: IVH moves a task only when the heartbeat predicts its
+    /// vCPU's switch-off, never at the tick to a rested idle vCPU (IVH as
+    /// it was before the tick rule; docs/sched.md)
+    #[arg(long, hide = true)]
+    ivh_beats_only: bool,
+
     /// Benchmark reference: a minimal FIFO sched_ext scheduler instead of vsched's policy
     #[arg(long, hide = true)]
     reference_fifo: bool,
@@ -133,6 +139,7 @@ struct TunablesJson {
     bvs_state_check: bool,
     ivh: bool,
     ivh_activity_aware: bool,
+    ivh_at_tick: bool,
     heartbeat_ns: u64,
     latency_sensitive: Vec<String>,
     probe: bool,
@@ -149,6 +156,7 @@ fn tunables(args: &SchedArgs) -> Tunables {
         bvs_state_check: !args.bvs_no_state_check,
         ivh: !args.no_ivh,
         ivh_activity_aware: !args.ivh_unaware,
+        ivh_at_tick: !args.ivh_beats_only,
         beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
     }
 }
@@ -254,6 +262,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             bvs_state_check: tunables.bvs_state_check,
             ivh: tunables.ivh,
             ivh_activity_aware: tunables.ivh_activity_aware,
+            ivh_at_tick: tunables.ivh_at_tick,
             heartbeat_ns: tunables.beat_ns,
             latency_sensitive: args.latency_sensitive.clone(),
             probe: !args.no_probe,

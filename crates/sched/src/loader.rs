@@ -42,6 +42,10 @@ pub struct Tunables {
     /// IVH pre-wakes its target and moves only on its answer (off: the
     /// paper's activity-unaware ablation).
     pub ivh_activity_aware: bool,
+    /// IVH also moves a task at the kernel's tick to an idle vCPU that has
+    /// rested one of the source's rhythms (by the model), heartbeat or not
+    /// (off: only the heartbeat's predicted switch-off moves tasks).
+    pub ivh_at_tick: bool,
     /// Heartbeat period on busy vCPUs that lose time.
     pub beat_ns: u64,
 }
@@ -57,6 +61,7 @@ impl Default for Tunables {
             bvs_state_check: true,
             ivh: true,
             ivh_activity_aware: true,
+            ivh_at_tick: true,
             beat_ns: DEFAULT_BEAT_NS,
         }
     }
@@ -183,6 +188,7 @@ impl<'obj> Scheduler<'obj> {
             rodata.bvs_state_check = tunables.bvs_state_check;
             rodata.ivh_enabled = tunables.ivh;
             rodata.ivh_activity_aware = tunables.ivh_activity_aware;
+            rodata.ivh_at_tick = tunables.ivh_at_tick;
             rodata.beat_ns = tunables.beat_ns;
             rodata.nr_latency_comms = latency_comms.len() as u32;
         }

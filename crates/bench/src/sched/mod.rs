@@ -1,8 +1,9 @@
 //! `vsched bench sched`: the kernel's default scheduler against vsched's
 //! sched_ext scheduler, in the same lab guest, run after run, alternating;
-//! and where a static placement that knows the layout exists (the
-//! "oracle": the workload pinned with taskset to the vCPUs a perfect
-//! scheduler would use), that too, as the limit to compare with.
+//! and where a placement that knows the layout exists (the "oracle": the
+//! workload pinned with taskset to the vCPUs a perfect scheduler would
+//! use, or for IVH its threads moving themselves over the vCPUs on a
+//! fixed rhythm), that too, as the limit to compare with.
 //!
 //! Each scenario boots one guest (lab/sched/bench-*.toml, embedded here)
 //! and runs every variant once per round, in an order that rotates from

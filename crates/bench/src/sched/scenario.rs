@@ -63,8 +63,9 @@ pub struct Scenario {
     /// What is compared, lower being better: "elapsed_s" (wall time of a
     /// fixed amount of work) or "p95_us" (the request server's tail).
     pub metric: &'static str,
-    /// The oracle's vCPUs (taskset list), if a static placement is known.
-    pub oracle_cpus: Option<&'static str>,
+    /// What a scheduler that knew the layout would do, if it can be
+    /// written down.
+    pub oracle: Oracle,
     /// Flags every vsched variant of the scenario runs with (the
     /// ablations add theirs): what the scenario holds fixed.
     pub vsched_flags: &'static str,
@@ -103,8 +104,8 @@ impl Scenario {
                 VariantKind::Vsched("--reference-fifo --no-probe"),
             ));
         }
-        if let Some(cpus) = self.oracle_cpus {
-            v.push(("oracle".to_string(), VariantKind::Oracle(cpus)));
+        if self.oracle != Oracle::None {
+            v.push(("oracle".to_string(), VariantKind::Oracle(self.oracle)));
         }
         v
     }
@@ -117,9 +118,37 @@ pub enum VariantKind {
     Vsched(&'static str),
     /// vsched daemon with user-space RWC on the workload's cgroup.
     Daemon,
-    /// Pinned with taskset to these vCPUs.
-    Oracle(&'static str),
+    /// The scenario's oracle.
+    Oracle(Oracle),
 }
+
+/// A scenario's limit: the workload placed by hand, knowing the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oracle {
+    /// None is known (the overhead scenarios: the default is the limit).
+    None,
+    /// Pinned with taskset to these vCPUs (a static placement).
+    Pinned(&'static str),
+    /// The cpu workload's threads moving themselves along this vCPU list
+    /// every `every_us` (`schedbench rotate`): where vCPUs take turns
+    /// being switched off, no static placement is best.
+    Rotating {
+        every_us: u32,
+        cpus: &'static str,
+    },
+}
+
+/// IVH's limit in its layout: each thread moves itself on every 4 ms
+/// along the vCPUs (two threads half the list apart, so on different host
+/// CPUs). Four ms: most of a capped vCPU's 5 ms quota, so a vCPU is rarely
+/// switched off under it, in few moves; measured in the layout (3 rounds,
+/// one thread, the default scheduler): moving on every 1 ms 0.76 s, 2 ms
+/// 0.64-0.70 s, 4 ms 0.61-0.66 s, staying put 1.17-1.27 s
+/// (docs/benchmarks.md).
+const IVH_ORACLE: Oracle = Oracle::Rotating {
+    every_us: 4000,
+    cpus: "0,1,2,3",
+};
 
 /// Where vsched has nothing to gain (dedicated vCPUs, or no idle vCPU for
 /// IVH): the "within 3%" of the default.
@@ -145,7 +174,7 @@ const fn overhead(
         layout: include_str!("../../../../lab/sched/two-free.toml"),
         workload,
         metric: "elapsed_s",
-        oracle_cpus: None,
+        oracle: Oracle::None,
         vsched_flags: "",
         ablations: &["--no-probe"],
         fifo_reference: true,
@@ -176,7 +205,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-rwc.toml"),
         workload: RWC_WORKLOAD,
         metric: "elapsed_s",
-        oracle_cpus: Some("0,1"),
+        oracle: Oracle::Pinned("0,1"),
         vsched_flags: "",
         ablations: &["--no-rwc"],
         fifo_reference: false,
@@ -193,7 +222,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/daemon/rwc.toml"),
         workload: RWC_WORKLOAD,
         metric: "elapsed_s",
-        oracle_cpus: Some("0,1"),
+        oracle: Oracle::Pinned("0,1"),
         vsched_flags: "",
         ablations: &[],
         fifo_reference: false,
@@ -209,7 +238,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-capacity.toml"),
         workload: &["cpu", "1", "200000000"],
         metric: "elapsed_s",
-        oracle_cpus: Some("0"),
+        oracle: Oracle::Pinned("0"),
         vsched_flags: "",
         ablations: &["--no-capacity"],
         fifo_reference: false,
@@ -230,7 +259,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-bvs.toml"),
         workload: &["server", "4", "2000", "200", "1000"],
         metric: "p95_us",
-        oracle_cpus: Some("0"),
+        oracle: Oracle::Pinned("0"),
         vsched_flags: "",
         ablations: &["--no-bvs"],
         fifo_reference: false,
@@ -250,7 +279,7 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-bvs.toml"),
         workload: &["server", "4", "2000", "200", "1000", "2"],
         metric: "p95_us",
-        oracle_cpus: Some("0"),
+        oracle: Oracle::Pinned("0"),
         vsched_flags: "",
         ablations: &["--no-bvs", "--bvs-no-state-check"],
         fifo_reference: false,
@@ -270,12 +299,12 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
         workload: &["cpu", "1", "400000000"],
         metric: "elapsed_s",
-        oracle_cpus: None,
+        oracle: IVH_ORACLE,
         // Two capped vCPUs on one host CPU look stacked to the probe (they
         // never run at once while both are busy), and RWC would hide one,
         // losing its half of the host CPU: this layout measures IVH alone.
         vsched_flags: "--no-rwc",
-        ablations: &["--no-ivh", "--ivh-unaware"],
+        ablations: &["--no-ivh", "--ivh-unaware", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
         timeline: None,
@@ -292,9 +321,9 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
         workload: &["cpu", "2", "400000000"],
         metric: "elapsed_s",
-        oracle_cpus: None,
+        oracle: IVH_ORACLE,
         vsched_flags: "--no-rwc",
-        ablations: &["--no-ivh", "--ivh-unaware"],
+        ablations: &["--no-ivh", "--ivh-unaware", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
         timeline: None,
@@ -311,11 +340,11 @@ pub const SCENARIOS: &[Scenario] = &[
         layout: include_str!("../../../../lab/sched/bench-ivh.toml"),
         workload: &["cpu", "4", "400000000"],
         metric: "elapsed_s",
-        oracle_cpus: None,
+        oracle: Oracle::None,
         vsched_flags: "--no-rwc",
         // `--no-probe`: no probers and so no model, beats or moves: what
         // the probers cost where IVH has nothing to harvest.
-        ablations: &["--no-ivh", "--no-probe"],
+        ablations: &["--no-ivh", "--no-probe", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
         timeline: None,
@@ -358,7 +387,7 @@ pub const SCENARIOS: &[Scenario] = &[
         // 250 ms intervals: four throughput points per probe interval.
         workload: &["timeline", "2", "72", "250", "200000"],
         metric: "s_per_round",
-        oracle_cpus: None,
+        oracle: Oracle::None,
         vsched_flags: "",
         ablations: &[],
         fifo_reference: false,

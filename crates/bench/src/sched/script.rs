@@ -3,7 +3,7 @@
 //! workload's own output (schedbench: "elapsed_s 1.25", or the request
 //! server's percentiles) after the variant and round.
 
-use super::scenario::{Scenario, VariantKind};
+use super::scenario::{Oracle, Scenario, VariantKind};
 
 /// A vsched run starts its workload this long after the first model
 /// reached the scheduler ("vsched sched: model 1: ..."), so that the first
@@ -111,10 +111,18 @@ fn push_run(
     let report = |cmd: &str| format!("{wait}echo \"{RUN} {label} {round} $({cmd})\"\n");
     match kind {
         VariantKind::Default => out.push_str(&report(&workload)),
-        VariantKind::Oracle(cpus) => out.push_str(&report(&format!(
+        VariantKind::Oracle(Oracle::Pinned(cpus)) => out.push_str(&report(&format!(
             "{in_work}taskset -c {cpus} schedbench {}",
             s.workload.join(" ")
         ))),
+        VariantKind::Oracle(Oracle::Rotating { every_us, cpus }) => {
+            // The cpu workload's THREADS ITERS, moved on along `cpus`.
+            let args = s.workload.get(1..).unwrap_or_default().join(" ");
+            out.push_str(&report(&format!(
+                "{in_work}schedbench rotate {args} {every_us} {cpus}"
+            )))
+        }
+        VariantKind::Oracle(Oracle::None) => {}
         VariantKind::Daemon => {
             out.push_str(&format!(
                 "vsched daemon --rwc-cgroup {WORK_CGROUP} 2>/tmp/daemon.log & S=$!\n\
@@ -219,6 +227,22 @@ mod tests {
                 .map(|k| &labels[(k + r) % labels.len()])
                 .collect();
             assert_eq!(this, expected, "round {r}: {script}");
+        }
+    }
+
+    #[test]
+    fn a_rotating_oracle_runs_the_cpu_workload_moved_along_its_vcpus() {
+        let ivh = SCENARIOS.iter().find(|s| s.name == "ivh-1").unwrap();
+        let script = guest_script(ivh, 0..1);
+        assert!(
+            script.contains("@@run oracle 0 $(schedbench rotate 1 400000000 4000 0,1,2,3)"),
+            "{script}"
+        );
+        // Only the cpu workload knows how to rotate.
+        for s in SCENARIOS.iter() {
+            if let Oracle::Rotating { .. } = s.oracle {
+                assert_eq!(s.workload[0], "cpu", "{}", s.name);
+            }
         }
     }
 

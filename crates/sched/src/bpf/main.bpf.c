@@ -99,6 +99,10 @@ const volatile bool bvs_state_check = true;
  * (activity-aware, the paper's design) or moves the task at once. */
 const volatile bool ivh_enabled = true;
 const volatile bool ivh_activity_aware = true;
+/* IVH moves a task to a rested target at the kernel's tick, from the
+ * probers' model (ivh_at_tick_consider); the heartbeat's prediction is
+ * left for targets that have not rested. */
+const volatile bool ivh_at_tick = true;
 /*
  * Heartbeat period on a busy vCPU that loses time, and the gap that counts
  * as an inactive episode (twice the period: timer interrupts arrive late
@@ -533,6 +537,51 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 }
 
 /*
+ * IVH at the tick (`ivh_at_tick`), on a vCPU the probers saw lose time: a
+ * CPU-bound task that may run anywhere and has run VS_IVH_MIN_RUN_NS here
+ * moves at once to an idle vCPU that has rested one of this vCPU's
+ * rhythms as the model gives it (policy.h vs_model_rhythm_ns). No switch-
+ * off is predicted: the task keeps moving while such targets exist, each
+ * vCPU running it for a tick or two, less than a capped vCPU's quota.
+ * What it saves is the heartbeat where a rested target exists (under TCG
+ * each beat costs about a tenth of a millisecond of the running vCPU's
+ * time); where none has rested, beats_wanted arms the heartbeat and
+ * ivh_consider predicts the switch-off as before.
+ */
+static bool ivh_target_rested(s32 src, s32 target)
+{
+	const struct vcpu_model *m = model_of(src);
+	struct vcpu_live *t = live_of(target);
+
+	return m && t &&
+	       vs_ivh_target_rested(t->idle_since_ns, bpf_ktime_get_ns(),
+				    vs_model_rhythm_ns(m->episode_mean_us,
+						       m->available_permille));
+}
+
+static void ivh_at_tick_consider(s32 src, struct vcpu_live *l, u64 now)
+{
+	s32 target;
+
+	if (!ivh_enabled || !loses_time(src) || !l->curr_pid ||
+	    l->curr_idle_policy || !l->curr_movable ||
+	    now < l->curr_since_ns + VS_IVH_MIN_RUN_NS ||
+	    now < l->ivh_quiet_until_ns)
+		return;
+	target = ivh_target(src);
+	if (target < 0 || !ivh_target_rested(src, target))
+		return;
+	count(VS_STAT_IVH_ATTEMPTED);
+	count(VS_STAT_IVH_RESTED);
+	l->ivh_quiet_until_ns = now + 2 * beat_ns;
+	l->ivh_asked_gaps = l->gaps;
+	l->ivh_go_to = target;
+	l->ivh_go_pid = l->curr_pid;
+	l->ivh_go_ns = now;
+	scx_bpf_kick_cpu(src, VS_KICK_PREEMPT);
+}
+
+/*
  * IVH's second step, on the target as it looks for work: it is active now,
  * so the source is told to let its task go (pre-empted, the task reaches
  * enqueue there), which it does only if it is still active (last step).
@@ -596,12 +645,17 @@ static s32 ivh_destination(struct task_struct *p, s32 src)
  */
 static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 {
+	s32 target;
+
 	if (!l->curr_pid || !loses_time(cpu))
 		return false;
 	if (bvs_enabled && l->curr_idle_policy)
 		return true;
-	return ivh_enabled && !l->curr_idle_policy && l->curr_movable &&
-	       ivh_target(cpu) >= 0;
+	if (!ivh_enabled || l->curr_idle_policy || !l->curr_movable)
+		return false;
+	target = ivh_target(cpu);
+	/* At the tick, a rested target takes the task without a heartbeat. */
+	return target >= 0 && !(ivh_at_tick && ivh_target_rested(cpu, target));
 }
 
 /*
@@ -982,6 +1036,8 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 	/* A vCPU may have gone idle since the task started: IVH has a target. */
 	start_beating(cpu, l);
 	beat(cpu);
+	if (ivh_at_tick)
+		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
 }
 
 /* A vCPU goes idle (halts) or leaves idle: its beats stop or start. */

@@ -292,6 +292,20 @@ static inline int vs_ivh_target_rested(u64 idle_since_ns, u64 now,
 }
 
 /*
+ * A vCPU's rhythm (one active stretch and one inactive episode) as the
+ * probers' model gives it: the mean episode over the share of time the
+ * vCPU is not available (a vCPU capped at 50% with 5 ms episodes: 10 ms).
+ * 0 when the model knows no episode or no loss.
+ */
+static inline u64 vs_model_rhythm_ns(u32 episode_mean_us, u32 available_permille)
+{
+	if (episode_mean_us == 0 || available_permille == 0 ||
+	    available_permille >= 1000)
+		return 0;
+	return (u64)episode_mean_us * 1000 * 1000 / (1000 - available_permille);
+}
+
+/*
  * Whether a step of IVH's hand-shake stamped at `stamp_ns` is still
  * fresh at `now`: within `limit_ns` (one gap threshold). Later, one side
  * was switched off in between and the move would no longer help.

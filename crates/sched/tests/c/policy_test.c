@@ -191,6 +191,13 @@ int main(void)
 	CHECK(!vs_ivh_target_rested(0, 50000, 10000)); /* never went idle */
 	CHECK(!vs_ivh_target_rested(60000, 50000, 10000)); /* later clock read */
 
+	/* The model's rhythm: mean episode over the unavailable share. */
+	CHECK(vs_model_rhythm_ns(5000, 500) == 10 * MS); /* capped at 50% */
+	CHECK(vs_model_rhythm_ns(9000, 100) == 10 * MS); /* a 10% straggler */
+	CHECK(vs_model_rhythm_ns(0, 500) == 0);   /* no episode seen */
+	CHECK(vs_model_rhythm_ns(5000, 0) == 0);  /* not measured */
+	CHECK(vs_model_rhythm_ns(5000, 1000) == 0); /* loses no time */
+
 	if (failures)
 		return 1;
 	printf("policy: all checks passed\n");
