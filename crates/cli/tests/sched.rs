@@ -427,11 +427,13 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
 
 /// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
 /// thread (niced, so that its time is /proc/stat's nice column, apart from
-/// the probers') is moved off a vCPU about to be throttled, to an idle one
-/// that has rested a whole rhythm or answered the pre-wake, so its time
+/// the probers') is moved at the tick to an idle vCPU that has rested one
+/// of the source's rhythms (or, where none has, off a vCPU about to be
+/// throttled, to one that rested or answered the pre-wake), so its time
 /// spreads over the vCPUs; no move is made or counted without IVH (the
-/// control, where the thread stays on one vCPU), and every move done or
-/// abandoned was first attempted. RWC is off in both, as in the benchmark: two capped vCPUs on
+/// control, where the thread stays on one vCPU), every move done or
+/// abandoned was first attempted, and with the heartbeat's rule alone
+/// (`--ivh-beats-only`) the thread still moves, none at the tick. RWC is off in both, as in the benchmark: two capped vCPUs on
 /// one host CPU look stacked (docs/sched.md).
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
@@ -447,7 +449,11 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let guest = layout_with_schedbench("sched/bench-ivh");
     let out = run_in_guest(
         &guest,
-        &[&run("", "with-ivh"), &run("--no-ivh", "without-ivh")],
+        &[
+            &run("", "with-ivh"),
+            &run("--no-ivh", "without-ivh"),
+            &run("--ivh-beats-only", "beats-only"),
+        ],
     );
     let (_, with) = &out[0];
     let summary = summary_after(with, "with-ivh");
@@ -461,8 +467,19 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         "every move done or abandoned was attempted first: {summary:#}"
     );
     assert!(
-        counter(&summary, "ivh_rested") <= attempted,
+        counter(&summary, "ivh_rested") + counter(&summary, "ivh_at_tick") <= attempted,
         "a move without the pre-wake is still an attempt: {summary:#}"
+    );
+    assert!(
+        counter(&summary, "ivh_at_tick") >= 10,
+        "three idle vCPUs rest while one runs the thread: the tick moves it: {summary:#}"
+    );
+    let (_, beats_only) = &out[2];
+    let beats = summary_after(beats_only, "beats-only");
+    assert_eq!(counter(&beats, "ivh_at_tick"), 0, "{beats:#}");
+    assert!(
+        counter(&beats, "ivh_done") >= 10,
+        "the heartbeat's rule moves the thread by itself: {beats:#}"
     );
     let ticks = nice_ticks(with, "with-ivh");
     let total: i64 = ticks.iter().sum();

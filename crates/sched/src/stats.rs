@@ -117,7 +117,12 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_RESTED,
         name: "ivh_rested",
-        help: "IVH: moves started at once, the target having rested a whole rhythm",
+        help: "IVH: moves started at once at a heartbeat, the target having rested a whole rhythm",
+    },
+    StatDef {
+        index: s::vs_stat_VS_STAT_IVH_AT_TICK,
+        name: "ivh_at_tick",
+        help: "IVH: moves started at the tick, the target having rested one of the source's rhythms by the model",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,

@@ -150,6 +150,9 @@ enum vs_stat {
 	/* IVH: moves started without the pre-wake, the target having rested
 	 * a whole rhythm (activity-aware IVH only; part of ATTEMPTED). */
 	VS_STAT_IVH_RESTED,
+	/* IVH: moves started at the tick to a vCPU that rested one of the
+	 * source's rhythms by the model (part of ATTEMPTED). */
+	VS_STAT_IVH_AT_TICK,
 	/* Inactive episodes the heartbeat saw (all vCPUs). */
 	VS_STAT_BEAT_GAPS,
 	/* SCHED_IDLE tasks run ahead of waiting normal work because they had

@@ -548,15 +548,37 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
  * time); where none has rested, beats_wanted arms the heartbeat and
  * ivh_consider predicts the switch-off as before.
  */
-static bool ivh_target_rested(s32 src, s32 target)
+/*
+ * Whether IVH's tick rule may move a task from `src` to `target` now: the
+ * target rested one of the source's rhythms, and the VM's idle visible
+ * vCPUs have time to spare (policy.h vs_ivh_surplus).
+ */
+static bool ivh_tick_may_move(s32 src, s32 target)
 {
 	const struct vcpu_model *m = model_of(src);
 	struct vcpu_live *t = live_of(target);
+	const struct cpumask *idle;
+	u32 nr_idle = 0, nr_busy = 0;
+	s32 cpu;
 
-	return m && t &&
-	       vs_ivh_target_rested(t->idle_since_ns, bpf_ktime_get_ns(),
-				    vs_model_rhythm_ns(m->episode_mean_us,
-						       m->available_permille));
+	if (!m || !t ||
+	    !vs_ivh_target_rested(t->idle_since_ns, bpf_ktime_get_ns(),
+				  vs_model_rhythm_ns(m->episode_mean_us,
+						     m->available_permille)))
+		return false;
+	idle = scx_bpf_get_idle_cpumask();
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (!visible(cpu))
+			continue;
+		if (bpf_cpumask_test_cpu(cpu, idle))
+			nr_idle++;
+		else
+			nr_busy++;
+	}
+	scx_bpf_put_idle_cpumask(idle);
+	return vs_ivh_surplus(nr_idle, nr_busy, m->available_permille);
 }
 
 static void ivh_at_tick_consider(s32 src, struct vcpu_live *l, u64 now)
@@ -569,10 +591,10 @@ static void ivh_at_tick_consider(s32 src, struct vcpu_live *l, u64 now)
 	    now < l->ivh_quiet_until_ns)
 		return;
 	target = ivh_target(src);
-	if (target < 0 || !ivh_target_rested(src, target))
+	if (target < 0 || !ivh_tick_may_move(src, target))
 		return;
 	count(VS_STAT_IVH_ATTEMPTED);
-	count(VS_STAT_IVH_RESTED);
+	count(VS_STAT_IVH_AT_TICK);
 	l->ivh_quiet_until_ns = now + 2 * beat_ns;
 	l->ivh_asked_gaps = l->gaps;
 	l->ivh_go_to = target;
@@ -655,7 +677,7 @@ static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 		return false;
 	target = ivh_target(cpu);
 	/* At the tick, a rested target takes the task without a heartbeat. */
-	return target >= 0 && !(ivh_at_tick && ivh_target_rested(cpu, target));
+	return target >= 0 && !(ivh_at_tick && ivh_tick_may_move(cpu, target));
 }
 
 /*

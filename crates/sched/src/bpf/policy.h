@@ -306,6 +306,25 @@ static inline u64 vs_model_rhythm_ns(u32 episode_mean_us, u32 available_permille
 }
 
 /*
+ * Whether the VM's idle vCPUs offer more time than its busy ones lose
+ * (each vCPU available `available_permille` of the time, as the source
+ * is): IVH's tick rule then moves a task early, before its vCPU's
+ * switch-off, leaving part of that vCPU's time unused, and there is time
+ * to spare. Without a surplus (two CPU-bound threads on four vCPUs capped
+ * at 50%: the idle two offer exactly what the busy two lose) every unused
+ * quantum is lost, and the heartbeat's prediction, which moves a task
+ * only at the end of its vCPU's stretch, does better (measured in the IVH
+ * layout: 1.12x the default against 1.04x with the tick rule).
+ */
+static inline int vs_ivh_surplus(u32 idle, u32 busy, u32 available_permille)
+{
+	if (available_permille >= 1000)
+		return 0;
+	return (u64)idle * available_permille >
+	       (u64)busy * (1000 - available_permille);
+}
+
+/*
  * Whether a step of IVH's hand-shake stamped at `stamp_ns` is still
  * fresh at `now`: within `limit_ns` (one gap threshold). Later, one side
  * was switched off in between and the move would no longer help.

@@ -191,6 +191,13 @@ int main(void)
 	CHECK(!vs_ivh_target_rested(0, 50000, 10000)); /* never went idle */
 	CHECK(!vs_ivh_target_rested(60000, 50000, 10000)); /* later clock read */
 
+	/* IVH's tick rule needs idle time beyond what busy vCPUs lose. */
+	CHECK(vs_ivh_surplus(3, 1, 500));   /* one thread on four 50% vCPUs */
+	CHECK(!vs_ivh_surplus(2, 2, 500));  /* two: exactly even */
+	CHECK(!vs_ivh_surplus(0, 4, 500));  /* four: nothing idle */
+	CHECK(vs_ivh_surplus(2, 2, 600));   /* idle 1.2 against busy 0.8 */
+	CHECK(!vs_ivh_surplus(3, 1, 1000)); /* nothing lost: nothing to do */
+
 	/* The model's rhythm: mean episode over the unavailable share. */
 	CHECK(vs_model_rhythm_ns(5000, 500) == 10 * MS); /* capped at 50% */
 	CHECK(vs_model_rhythm_ns(9000, 100) == 10 * MS); /* a 10% straggler */
