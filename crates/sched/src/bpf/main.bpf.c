@@ -537,18 +537,6 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 }
 
 /*
- * IVH at the tick (`ivh_at_tick`), on a vCPU the probers saw lose time: a
- * CPU-bound task that may run anywhere and has run VS_IVH_MIN_RUN_NS here
- * moves at once to an idle vCPU that has rested one of this vCPU's
- * rhythms as the model gives it (policy.h vs_model_rhythm_ns). No switch-
- * off is predicted: the task keeps moving while such targets exist, each
- * vCPU running it for a tick or two, less than a capped vCPU's quota.
- * What it saves is the heartbeat where a rested target exists (under TCG
- * each beat costs about a tenth of a millisecond of the running vCPU's
- * time); where none has rested, beats_wanted arms the heartbeat and
- * ivh_consider predicts the switch-off as before.
- */
-/*
  * Whether IVH's tick rule may move a task from `src` to `target` now: the
  * target rested one of the source's rhythms, and the VM's idle visible
  * vCPUs have time to spare (policy.h vs_ivh_surplus).
@@ -581,6 +569,18 @@ static bool ivh_tick_may_move(s32 src, s32 target)
 	return vs_ivh_surplus(nr_idle, nr_busy, m->available_permille);
 }
 
+/*
+ * IVH at the tick (`ivh_at_tick`), on a vCPU the probers saw lose time: a
+ * CPU-bound task that may run anywhere and has run VS_IVH_MIN_RUN_NS here
+ * moves at once to an idle vCPU that has rested one of this vCPU's
+ * rhythms as the model gives it (policy.h vs_model_rhythm_ns). No switch-
+ * off is predicted: the task keeps moving while such targets exist, each
+ * vCPU running it for a tick or two, less than a capped vCPU's quota.
+ * What it saves is the heartbeat where a rested target exists (under TCG
+ * each beat costs about a tenth of a millisecond of the running vCPU's
+ * time); where none has rested, beats_wanted arms the heartbeat and
+ * ivh_consider predicts the switch-off as before.
+ */
 static void ivh_at_tick_consider(s32 src, struct vcpu_live *l, u64 now)
 {
 	s32 target;
