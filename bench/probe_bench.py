@@ -47,19 +47,29 @@ def barrier_cost(pairs):
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         return float(out.split()[1])  # "elapsed_s SECONDS"
 
-    runs = []
-    for _ in range(pairs):
-        alone = barrier_s()
+    def beside_watch_s():
         with tempfile.TemporaryFile("w+") as out:
             proc = subprocess.Popen([VSCHED, "probe", "--watch", "--json"], stdout=out, text=True)
-            # Past the first step (its full topology probe and heavy window).
-            time.sleep(4)
-            beside = barrier_s()
-            proc.terminate()
-            proc.wait()
-        runs.append((alone, beside))
-    os.unlink(exe)
-    os.rmdir(os.path.dirname(exe))
+            try:
+                # Past the first step (its full topology probe and heavy window).
+                time.sleep(4)
+                return barrier_s()
+            finally:
+                proc.terminate()
+                proc.wait()
+
+    runs = []
+    try:
+        for i in range(pairs):
+            # The order swapped every pair: neither side always runs first.
+            if i % 2 == 0:
+                alone, beside = barrier_s(), beside_watch_s()
+            else:
+                beside, alone = beside_watch_s(), barrier_s()
+            runs.append((alone, beside))
+    finally:
+        os.unlink(exe)
+        os.rmdir(os.path.dirname(exe))
     return runs
 
 

@@ -74,7 +74,7 @@ static void *cpu_thread(void *arg)
 
 /* The rotation of `schedbench rotate`: the CPU list, and how often. */
 static int rotate_cpus[128], nr_rotate_cpus, nr_rotate_threads;
-static double rotate_every_s;
+static double rotate_every_s, rotate_start_s;
 
 static void pin_to(int cpu)
 {
@@ -85,25 +85,27 @@ static void pin_to(int cpu)
 	sched_setaffinity(0, sizeof(set), &set);
 }
 
-/* cpu_thread's work, in chunks short enough (about 10 us) to move on
+/* cpu_thread's work, in chunks short enough (tens of us) to move on
  * time; the chain of multiply-adds is the same, only cut into pieces. */
 static void *rotate_thread(void *arg)
 {
 	const long chunk = 20000;
 	uint64_t x = (uintptr_t)arg | 1;
-	int k = (int)((uintptr_t)arg * nr_rotate_cpus / nr_rotate_threads) % nr_rotate_cpus;
-	double next = now_s() + rotate_every_s;
+	int first = (int)((uintptr_t)arg * nr_rotate_cpus / nr_rotate_threads);
+	int k = first % nr_rotate_cpus;
 
 	pin_to(rotate_cpus[k]);
 	for (long done = 0; done < iters; done += chunk) {
 		long n = iters - done < chunk ? iters - done : chunk;
+		/* The step from one clock shared by all threads, so that they
+		 * move in step and stay half the list apart. */
+		int step = (int)((now_s() - rotate_start_s) / rotate_every_s);
 
 		for (long i = 0; i < n; i++)
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-		if (now_s() >= next) {
-			k = (k + 1) % nr_rotate_cpus;
+		if ((first + step) % nr_rotate_cpus != k) {
+			k = (first + step) % nr_rotate_cpus;
 			pin_to(rotate_cpus[k]);
-			next = now_s() + rotate_every_s;
 		}
 	}
 	sink += x;
@@ -419,6 +421,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		nr_rotate_threads = n;
+		rotate_start_s = now_s();
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, rotate_thread, (void *)(uintptr_t)i);
 	} else if (!strcmp(argv[1], "barrier") && argc == 5) {

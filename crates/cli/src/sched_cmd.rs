@@ -156,7 +156,9 @@ fn tunables(args: &SchedArgs) -> Tunables {
         bvs_state_check: !args.bvs_no_state_check,
         ivh: !args.no_ivh,
         ivh_activity_aware: !args.ivh_unaware,
-        ivh_at_tick: !args.ivh_beats_only,
+        // The activity-unaware ablation is the heartbeat's moves without
+        // the pre-wake; the tick rule's rested check is activity-aware.
+        ivh_at_tick: !args.ivh_beats_only && !args.ivh_unaware,
         beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
     }
 }

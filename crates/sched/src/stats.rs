@@ -97,7 +97,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_ATTEMPTED,
         name: "ivh_attempted",
-        help: "IVH: moves started off a vCPU about to be switched off",
+        help: "IVH: moves started (at a heartbeat off a vCPU about to be switched off, or at the tick to a rested vCPU)",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_DONE,

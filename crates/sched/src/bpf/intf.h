@@ -95,7 +95,8 @@ struct vcpu_live {
 	u64 ivh_req_ns;
 	u32 ivh_req_from;
 	u32 ivh_req_pid;
-	/* IVH, on the source: the target confirmed it is active; move now. */
+	/* IVH, on the source: move now to this target (it answered the
+	 * pre-wake, or had rested: no answer needed). */
 	u64 ivh_go_ns;
 	u32 ivh_go_to;
 	u32 ivh_go_pid;

@@ -18,8 +18,10 @@
  * a per-vCPU timer on vCPUs that lose time):
  *   - BVS: a latency-sensitive task wakes onto a low-latency vCPU that is
  *     idle, or that runs only SCHED_IDLE work and became active recently;
- *   - IVH: a CPU-bound task on a vCPU about to be switched off moves to an
- *     idle vCPU, once that vCPU has answered a pre-wake (both active).
+ *   - IVH: a CPU-bound task on a vCPU that loses time moves at the tick to
+ *     an idle vCPU that has rested (the model's rhythm), or, predicted
+ *     about to be switched off at a heartbeat, to an idle vCPU that has
+ *     rested or answered a pre-wake (both active).
  *
  * The decisions themselves are in policy.h, tested on the host.
  */
@@ -575,7 +577,8 @@ static bool ivh_tick_may_move(s32 src, s32 target)
  * moves at once to an idle vCPU that has rested one of this vCPU's
  * rhythms as the model gives it (policy.h vs_model_rhythm_ns). No switch-
  * off is predicted: the task keeps moving while such targets exist, each
- * vCPU running it for a tick or two, less than a capped vCPU's quota.
+ * vCPU running it from 2 ms to the next tick (2-6 ms at HZ=250), about a
+ * capped vCPU's quota or less.
  * What it saves is the heartbeat where a rested target exists (under TCG
  * each beat costs about a tenth of a millisecond of the running vCPU's
  * time); where none has rested, beats_wanted arms the heartbeat and
