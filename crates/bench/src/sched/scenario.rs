@@ -132,10 +132,7 @@ pub enum Oracle {
     /// The cpu workload's threads moving themselves along this vCPU list
     /// every `every_us` (`schedbench rotate`): where vCPUs take turns
     /// being switched off, no static placement is best.
-    Rotating {
-        every_us: u32,
-        cpus: &'static str,
-    },
+    Rotating { every_us: u32, cpus: &'static str },
 }
 
 /// IVH's limit in its layout: each thread moves itself on every 4 ms
