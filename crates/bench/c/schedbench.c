@@ -54,14 +54,18 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Work the compiler cannot remove: a dependent chain of multiply-adds. */
-static uint64_t work(long n, uint64_t seed)
+/* `n` more links of a dependent chain of multiply-adds from `x`. */
+static uint64_t advance(uint64_t x, long n)
 {
-	uint64_t x = seed | 1;
-
 	for (long i = 0; i < n; i++)
 		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 	return x;
+}
+
+/* Work the compiler cannot remove: a chain of `n` links. */
+static uint64_t work(long n, uint64_t seed)
+{
+	return advance(seed | 1, n);
 }
 
 static volatile uint64_t sink;
@@ -86,13 +90,13 @@ static void pin_to(int cpu)
 }
 
 /* cpu_thread's work, in chunks short enough (tens of us) to move on
- * time; the chain of multiply-adds is the same, only cut into pieces. */
+ * time: the same chain, only cut into pieces. */
 static void *rotate_thread(void *arg)
 {
 	const long chunk = 20000;
 	uint64_t x = (uintptr_t)arg | 1;
 	int first = (int)((uintptr_t)arg * nr_rotate_cpus / nr_rotate_threads);
-	int k = first % nr_rotate_cpus;
+	int k = first;
 
 	pin_to(rotate_cpus[k]);
 	for (long done = 0; done < iters; done += chunk) {
@@ -100,11 +104,11 @@ static void *rotate_thread(void *arg)
 		/* The step from one clock shared by all threads, so that they
 		 * move in step and stay half the list apart. */
 		int step = (int)((now_s() - rotate_start_s) / rotate_every_s);
+		int due = (first + step) % nr_rotate_cpus;
 
-		for (long i = 0; i < n; i++)
-			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-		if ((first + step) % nr_rotate_cpus != k) {
-			k = (first + step) % nr_rotate_cpus;
+		x = advance(x, n);
+		if (due != k) {
+			k = due;
 			pin_to(rotate_cpus[k]);
 		}
 	}
