@@ -19,6 +19,7 @@ use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
 use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
 use vsched_daemon::Metrics;
 use vsched_model::report::ProbeReport;
+use vsched_probe::watch::WatchConfig;
 use vsched_sched::{preflight, Scheduler, Stats, Tunables};
 
 /// The port: unassigned by IANA and not in Prometheus' exporter list's
@@ -243,10 +244,15 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         counted: Stats::default(),
     };
     let (reports_tx, reports) = mpsc::channel();
-    let interval = args.interval;
+    let watch = WatchConfig {
+        // The topology checks that give a stacked vCPU back serve RWC:
+        // user-space RWC, or the scheduler's (on in the daemon's).
+        recheck_stacked: !args.rwc_cgroups.is_empty() || args.sched,
+        ..WatchConfig::new(args.interval)
+    };
     std::thread::Builder::new()
         .name("probers".into())
-        .spawn(move || vsched_probe::watch::feed_reports(interval, reports_tx))
+        .spawn(move || vsched_probe::watch::feed_reports(watch, reports_tx))
         .context("starting the probers")?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     while !signals::stopped() {

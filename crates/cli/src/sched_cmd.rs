@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use vsched_probe::plan::Windows;
+use vsched_probe::watch::WatchConfig;
 use vsched_sched::{model, preflight, Scheduler, Stats, Tunables};
 
 #[derive(clap::Args, Debug)]
@@ -92,6 +94,13 @@ pub struct SchedArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     probe_interval: Duration,
 
+    /// The probers' light window in each interval: every vCPU runs a
+    /// SCHED_IDLE prober for this long, all at once. Longer reads the
+    /// available shares more precisely; shorter leaves idle vCPUs to the
+    /// scheduler more of the time (IVH's targets; see docs/sched.md)
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_light_window)]
+    light_window: Duration,
+
     /// Print the counters this often (0 statistics lines with --quiet)
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
@@ -164,6 +173,14 @@ fn tunables(args: &SchedArgs) -> Tunables {
 }
 
 pub fn run(args: SchedArgs) -> Result<u8> {
+    if !args.no_probe && args.light_window >= args.probe_interval {
+        anyhow::bail!(
+            "--light-window ({}) must be shorter than --probe-interval ({}): \
+             the probers would leave no idle time between windows",
+            humantime::format_duration(args.light_window),
+            humantime::format_duration(args.probe_interval)
+        );
+    }
     preflight::check()?;
     let nr_cpus = possible_cpus();
     let tunables = tunables(&args);
@@ -182,10 +199,20 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let (reports_tx, reports) = mpsc::channel();
     let prober = (!args.no_probe)
         .then(|| {
-            let interval = args.probe_interval;
+            let defaults = WatchConfig::new(args.probe_interval);
+            let watch = WatchConfig {
+                windows: Windows {
+                    light: args.light_window,
+                    ..defaults.windows
+                },
+                // Only RWC hides stacked vCPUs, and only a topology check
+                // gives one back.
+                recheck_stacked: tunables.rwc,
+                ..defaults
+            };
             std::thread::Builder::new()
                 .name("vsched-probe".into())
-                .spawn(move || vsched_probe::watch::feed_reports(interval, reports_tx))
+                .spawn(move || vsched_probe::watch::feed_reports(watch, reports_tx))
         })
         .transpose()
         .context("starting the probers")?;
@@ -335,6 +362,17 @@ fn parse_beat(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_micros(100) || d > Duration::from_millis(10) {
         return Err(format!("{s}: the heartbeat must be between 100us and 10ms"));
+    }
+    Ok(d)
+}
+
+/// At least 10 ms: a shorter window holds less than one off period of a
+/// vCPU capped on a 10 ms period or a few host scheduler slices, so it
+/// cannot tell the vCPU's share.
+fn parse_light_window(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("{s}: the light window must be at least 10ms"));
     }
     Ok(d)
 }

@@ -206,6 +206,27 @@ fn refuses_a_second_scheduler_and_a_kernel_without_sched_ext() {
     );
 }
 
+/// Flags are checked before the kernel is (so on any host): a light window
+/// too short to read a share, or one that fills the probe interval.
+#[test]
+fn refuses_light_windows_that_cannot_work() {
+    for (args, needle) in [
+        (&["sched", "--light-window", "5ms"][..], "at least 10ms"),
+        (
+            &["sched", "--light-window", "1s"][..],
+            "must be shorter than --probe-interval (1s)",
+        ),
+    ] {
+        let out = vsched(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected {needle:?} in: {err}"
+        );
+    }
+}
+
 /// Ticks of niced (normal-class, nice > 0) user time per vCPU between two
 /// `grep cpu /proc/stat` dumps printed after `marker`.
 fn nice_ticks(text: &str, marker: &str) -> Vec<i64> {
@@ -433,16 +454,22 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
 /// spreads over the vCPUs; no move is made or counted without IVH (the
 /// control, where the thread stays on one vCPU), every move done or
 /// abandoned was first attempted, and with the heartbeat's rule alone
-/// (`--ivh-beats-only`) the thread still moves, none at the tick. RWC is off in all three runs, as in the benchmark: two capped vCPUs on
-/// one host CPU look stacked (docs/sched.md).
+/// (`--ivh-beats-only`) the thread still moves, none at the tick. While
+/// the probers' light windows hold every other vCPU with SCHED_IDLE work,
+/// the heartbeat's rule moves the thread onto those vCPUs (checked in the
+/// third run, whose thread runs through at least two windows; the first
+/// two keep a short thread: over seconds the control thread, pre-empted
+/// by the probers, spreads too much for the contrast). RWC is off in all
+/// three runs, as in the benchmark: two capped vCPUs on one host CPU look
+/// stacked (docs/sched.md).
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
-    let run = |flag: &str, marker: &str| {
+    let run = |flag: &str, marker: &str, work: u64| {
         format!(
             "vsched sched -q --no-rwc {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; \
              sleep 6; echo {marker}; grep cpu /proc/stat; \
-             sh -c 'renice -n 5 -p $$ >/dev/null; exec schedbench cpu 1 400000000'; \
+             sh -c 'renice -n 5 -p $$ >/dev/null; exec schedbench cpu 1 {work}'; \
              grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json"
         )
     };
@@ -450,9 +477,10 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let out = run_in_guest(
         &guest,
         &[
-            &run("", "with-ivh"),
-            &run("--no-ivh", "without-ivh"),
-            &run("--ivh-beats-only", "beats-only"),
+            &run("", "with-ivh", 400_000_000),
+            &run("--no-ivh", "without-ivh", 400_000_000),
+            // Long enough (about 3 s) to pass through two light windows.
+            &run("--ivh-beats-only", "beats-only", 1_200_000_000),
         ],
     );
     let (_, with) = &out[0];
@@ -482,9 +510,15 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let (_, beats_only) = &out[2];
     let beats = summary_after(beats_only, "beats-only");
     assert_eq!(counter(&beats, "ivh_at_tick"), 0, "{beats:#}");
+    let beats_done = counter(&beats, "ivh_done");
     assert!(
-        counter(&beats, "ivh_done") >= 10,
+        beats_done >= 10,
         "the heartbeat's rule moves the thread by itself: {beats:#}"
+    );
+    let over_idle_policy = counter(&beats, "ivh_over_idle_policy");
+    assert!(
+        (1..=beats_done).contains(&over_idle_policy),
+        "light windows leave no vCPU idle: IVH takes one running the SCHED_IDLE prober: {beats:#}"
     );
     let ticks = nice_ticks(with, "with-ivh");
     let total: i64 = ticks.iter().sum();

@@ -286,6 +286,7 @@ pub const STACKED_TOPOLOGY_EVERY: Duration = Duration::from_secs(2);
 pub struct WatchSchedule {
     heavy_every: Duration,
     topology_every: Duration,
+    recheck_stacked: bool,
     last_heavy: Instant,
     last_topology: Instant,
     last_shift_topology: Option<Instant>,
@@ -297,10 +298,22 @@ impl WatchSchedule {
         WatchSchedule {
             heavy_every,
             topology_every,
+            recheck_stacked: true,
             last_heavy: start,
             last_topology: start,
             last_shift_topology: None,
         }
+    }
+
+    /// Whether known-stacked vCPUs get a topology validation every
+    /// [`STACKED_TOPOLOGY_EVERY`] (true unless set here). That check is
+    /// what gives back a stacked vCPU RWC hides, and serves nothing where
+    /// no RWC hides vCPUs: there it only costs (each takes every vCPU at
+    /// high priority; in the IVH layout, whose capped pairs share host
+    /// CPUs, 100-250 ms every 2 s under TCG).
+    pub fn recheck_stacked(mut self, yes: bool) -> WatchSchedule {
+        self.recheck_stacked = yes;
+        self
     }
 
     /// The plan of the step that starts at `now`, after a step that saw
@@ -314,7 +327,7 @@ impl WatchSchedule {
             self.last_shift_topology = Some(now);
         }
         let heavy = signals.shifting || now.duration_since(self.last_heavy) >= self.heavy_every;
-        let topology_every = if signals.stacked {
+        let topology_every = if signals.stacked && self.recheck_stacked {
             self.topology_every.min(STACKED_TOPOLOGY_EVERY)
         } else {
             self.topology_every
@@ -545,6 +558,28 @@ mod tests {
         let mut w = WatchSchedule::new(s(5), Duration::from_millis(500), t0);
         let plan = w.next(t0 + Duration::from_millis(500), stacked);
         assert_eq!(plan.topology, TopologyStep::Validate);
+    }
+
+    /// Without RWC nothing hides a stacked vCPU, so nothing needs the
+    /// 2 s checks: in the IVH layout (RWC off, capped pairs sharing host
+    /// CPUs) they cost a CPU-bound thread every other probe step.
+    #[test]
+    fn stacked_vcpus_keep_the_usual_rhythm_where_no_rwc_hides_them() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let stacked = StepSignals {
+            stacked: true,
+            ..StepSignals::default()
+        };
+        let mut w = WatchSchedule::new(s(5), s(10), t0).recheck_stacked(false);
+        for k in 1..10 {
+            assert_eq!(
+                w.next(t0 + s(k), stacked).topology,
+                TopologyStep::Skip,
+                "{k} s"
+            );
+        }
+        assert_eq!(w.next(t0 + s(10), stacked).topology, TopologyStep::Validate);
     }
 
     #[test]

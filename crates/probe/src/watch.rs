@@ -11,16 +11,45 @@ use std::time::{Duration, Instant};
 use vsched_model::report::ProbeReport;
 use vsched_model::EpisodeFilter;
 
-/// Probes every online vCPU, one step per `interval` (heavy windows and
-/// topology checks at the `--watch` defaults), each report sent to
+/// How a long-running command probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchConfig {
+    /// One step (a light window, and heavy windows and topology checks
+    /// when due) per interval.
+    pub interval: Duration,
+    pub windows: Windows,
+    /// Known-stacked vCPUs get a topology check every 2 s: true where
+    /// RWC hides stacked vCPUs ([`WatchSchedule::recheck_stacked`]).
+    pub recheck_stacked: bool,
+}
+
+impl WatchConfig {
+    /// `--watch`'s defaults for a step every `interval`: 100 ms light and
+    /// 10 ms heavy windows (kept so when the interval is not longer than
+    /// the light window, as `feed_reports` always did), stacked vCPUs
+    /// checked often.
+    pub fn new(interval: Duration) -> WatchConfig {
+        WatchConfig {
+            interval,
+            windows: Windows::choose(None, None, Some(interval)).unwrap_or(Windows {
+                light: Duration::from_millis(100),
+                heavy: Duration::from_millis(10),
+            }),
+            recheck_stacked: true,
+        }
+    }
+}
+
+/// Probes every online vCPU as `config` says, each report sent to
 /// `reports`, with the session's overhead attached; returns when the
 /// receiver is gone. Meant for a thread of its own.
-pub fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
+pub fn feed_reports(config: WatchConfig, reports: mpsc::Sender<ProbeReport>) {
+    let WatchConfig {
+        interval,
+        windows,
+        recheck_stacked,
+    } = config;
     let cpus = crate::sys::online_cpus().unwrap_or_else(|_| vec![0]);
-    let windows = Windows::choose(None, None, Some(interval)).unwrap_or(Windows {
-        light: Duration::from_millis(100),
-        heavy: Duration::from_millis(10),
-    });
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let mut session = Session::new(ProbeOptions {
         cpus,
@@ -41,7 +70,8 @@ pub fn feed_reports(interval: Duration, reports: mpsc::Sender<ProbeReport>) {
         plan::WATCH_HEAVY_EVERY,
         plan::WATCH_TOPOLOGY_EVERY,
         Instant::now(),
-    );
+    )
+    .recheck_stacked(recheck_stacked);
     let mut step = plan::first_step(false);
     loop {
         let began = Instant::now();

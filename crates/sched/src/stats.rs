@@ -125,6 +125,11 @@ pub const STATS: &[StatDef] = &[
         help: "IVH: moves started at the tick, the target having rested one of the source's rhythms by the model",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_IVH_OVER_IDLE_POLICY,
+        name: "ivh_over_idle_policy",
+        help: "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work (pre-empted; the probers' light windows)",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,
         name: "beat_gaps",
         help: "inactive episodes the scheduler's heartbeat saw (all vCPUs)",

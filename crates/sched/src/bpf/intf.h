@@ -154,6 +154,9 @@ enum vs_stat {
 	/* IVH: moves started at the tick to a vCPU that rested one of the
 	 * source's rhythms by the model (part of ATTEMPTED). */
 	VS_STAT_IVH_AT_TICK,
+	/* IVH: moves done onto a vCPU that ran only SCHED_IDLE work, such as
+	 * the probers' light windows (part of DONE). */
+	VS_STAT_IVH_OVER_IDLE_POLICY,
 	/* Inactive episodes the heartbeat saw (all vCPUs). */
 	VS_STAT_BEAT_GAPS,
 	/* SCHED_IDLE tasks run ahead of waiting normal work because they had

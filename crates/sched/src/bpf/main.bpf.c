@@ -461,19 +461,28 @@ static bool loses_time(s32 cpu)
 }
 
 /*
- * IVH's target for a task leaving `src`: the visible idle vCPU other than
- * `src`, not switched off by the host (KVM) nor clearly weaker than `src`
- * (policy.h vs_ivh_target_ok), that has been idle longest.
+ * IVH's target for a task leaving `src`: a visible vCPU other than `src`,
+ * not switched off by the host (KVM) nor clearly weaker than `src`
+ * (policy.h vs_ivh_target_ok), that is idle, the one idle longest; if
+ * none is, one that runs only SCHED_IDLE work.
  * Long idleness is what the paper's heuristic asks for: such a vCPU has
  * likely used none of its time lately, so it runs the task for a full
  * active stretch (one idle for a moment may have used its quota and be
  * switched off within a millisecond; seen in the IVH layout). Not
  * claimed: the pre-wake or the move wakes it.
+ * SCHED_IDLE work does not hold a vCPU against normal work (the kernel's
+ * default scheduler counts such a CPU as idle when it places a task):
+ * the probers' light windows run SCHED_IDLE on every vCPU at once, about
+ * a tenth of the time, and without this fallback IVH had no target then
+ * (a CPU-bound thread in the IVH layout ran at a quarter of its speed
+ * through each window). Such a target has not rested (`idle_since_ns`
+ * is 0 while it is busy), so only the heartbeat's hand-shake moves a
+ * task there, never the tick rule.
  */
 static s32 ivh_target(s32 src)
 {
 	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
-	s32 best = -1;
+	s32 best = -1, idle_policy = -1;
 	u64 best_since = 0;
 	s32 cpu;
 
@@ -482,10 +491,15 @@ static s32 ivh_target(s32 src)
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
-		if (cpu == src || !bpf_cpumask_test_cpu(cpu, idle) ||
-		    !visible(cpu) || host_preempted(cpu) ||
-		    !vs_ivh_target_ok(score(src), score(cpu)) || !(l = live_of(cpu)) ||
-		    !l->idle_since_ns /* leaving idle now */)
+		if (cpu == src || !visible(cpu) || host_preempted(cpu) ||
+		    !vs_ivh_target_ok(score(src), score(cpu)))
+			continue;
+		if (!bpf_cpumask_test_cpu(cpu, idle)) {
+			if (idle_policy < 0 && runs_idle_policy(cpu))
+				idle_policy = cpu;
+			continue;
+		}
+		if (!(l = live_of(cpu)) || !l->idle_since_ns /* leaving idle now */)
 			continue;
 		if (best < 0 || l->idle_since_ns < best_since) {
 			best = cpu;
@@ -493,7 +507,7 @@ static s32 ivh_target(s32 src)
 		}
 	}
 	scx_bpf_put_idle_cpumask(idle);
-	return best;
+	return best >= 0 ? best : idle_policy;
 }
 
 /*
@@ -527,7 +541,9 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 		t->ivh_req_from = src;
 		t->ivh_req_pid = l->curr_pid;
 		t->ivh_req_ns = now;
-		scx_bpf_kick_cpu(target, VS_KICK_IDLE);
+		/* A target busy with SCHED_IDLE work answers once pre-empted. */
+		scx_bpf_kick_cpu(target, runs_idle_policy(target) ?
+						 VS_KICK_PREEMPT : VS_KICK_IDLE);
 	} else {
 		if (ivh_activity_aware)
 			count(VS_STAT_IVH_RESTED);
@@ -907,9 +923,17 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 
 		cpu = ivh_destination(p, cur);
 		if (cpu >= 0) {
+			/* SCHED_IDLE work there is pre-empted (ivh_target);
+			 * asked before the insert, as runs_idle_policy()
+			 * wants an empty local queue. */
+			bool over_idle_policy = runs_idle_policy(cpu);
+
+			if (over_idle_policy)
+				count(VS_STAT_IVH_OVER_IDLE_POLICY);
 			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL_ON | cpu, slice_ns,
 					   enq_flags);
-			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+			scx_bpf_kick_cpu(cpu, over_idle_policy ? VS_KICK_PREEMPT :
+								 VS_KICK_IDLE);
 			return;
 		}
 
