@@ -132,9 +132,9 @@ fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
     SchedError::Bpf { what, source, log }
 }
 
-/// `update_model` writes struct vcpu_model field by field: five u32. If
+/// `update_model` writes struct vcpu_model field by field: seven u32. If
 /// intf.h grows a field, this stops the build until the writer follows.
-const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 20);
+const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 28);
 
 /// A command name as the kernel keeps it (`comm`): at most 15 bytes and a
 /// NUL, zero-padded to 16, the BPF map's key.
@@ -223,15 +223,17 @@ impl<'obj> Scheduler<'obj> {
     /// Writes the model of each vCPU into the BPF side's map.
     pub fn update_model(&self, models: &[VcpuModel]) -> Result<(), SchedError> {
         for m in models.iter().filter(|m| (m.cpu as usize) < self.nr_cpus) {
-            // struct vcpu_model: five u32 in native byte order, as intf.h
+            // struct vcpu_model: seven u32 in native byte order, as intf.h
             // declares them (no padding).
-            let mut value = Vec::with_capacity(20);
+            let mut value = Vec::with_capacity(28);
             for field in [
                 m.capacity,
                 crate::model::hidden_bits(&m.visibility),
                 m.episode_mean_us,
                 m.available_permille,
                 m.flag_bits(),
+                m.stack_mates as u32,
+                (m.stack_mates >> 32) as u32,
             ] {
                 value.extend_from_slice(&field.to_ne_bytes());
             }

@@ -38,6 +38,10 @@ pub struct VcpuModel {
     pub available_permille: u32,
     /// Among the VM's shortest inactive episodes: BVS's first choice.
     pub low_latency: bool,
+    /// Bit n set: vCPU n shares a host CPU with this one (IVH prefers a
+    /// target whose host CPU runs no other task). vCPUs from 64 on, beyond
+    /// the BPF side's VS_MAX_CPUS, are left out.
+    pub stack_mates: u64,
 }
 
 impl VcpuModel {
@@ -85,6 +89,11 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
                     .available_pct
                     .map_or(0, |pct| (pct * 10.0).round().clamp(1.0, 1000.0) as u32),
                 low_latency: false,
+                stack_mates: v
+                    .stacked_with
+                    .iter()
+                    .filter(|&&c| c < u64::BITS)
+                    .fold(0, |bits, &c| bits | 1 << c),
             }
         })
         .collect();
@@ -166,6 +175,8 @@ mod tests {
         assert_eq!(hidden(&m), vec![2, 3]);
         assert!(m[2].visibility.stacked && m[3].visibility.straggler);
         assert_eq!(m[0].episode_mean_us, 2500);
+        let mates: Vec<u64> = m.iter().map(|v| v.stack_mates).collect();
+        assert_eq!(mates, [0, 1 << 2, 1 << 1, 0]);
     }
 
     #[test]

@@ -62,6 +62,11 @@ struct vcpu_model {
 	u32 available_permille;
 	/* vs_vcpu_flags bits. */
 	u32 flags;
+	/* Bit n set: vCPU n shares a host CPU with this one (the probers'
+	 * stacking; VS_MAX_CPUS is 64). Two halves, so that the struct has
+	 * no padding for the loader to reproduce. */
+	u32 stack_mates_lo;
+	u32 stack_mates_hi;
 };
 
 /*

@@ -460,11 +460,42 @@ static bool loses_time(s32 cpu)
 	return m && m->available_permille && m->available_permille < 950;
 }
 
+/* The vCPUs other than `except` that run a normal task now, as a bit set. */
+static u64 running_normal_except(s32 except)
+{
+	u64 busy = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		struct vcpu_live *l;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (cpu != except && (l = live_of(cpu)) && l->curr_pid &&
+		    !l->curr_idle_policy)
+			busy |= 1ULL << cpu;
+	}
+	return busy;
+}
+
+/* Whether `cpu` shares its host CPU with one of the vCPUs in `busy`
+ * (the probers' stacking). */
+static bool host_shared_with(s32 cpu, u64 busy)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return m && ((((u64)m->stack_mates_hi << 32) | m->stack_mates_lo) & busy);
+}
+
 /*
  * IVH's target for a task leaving `src`: a visible vCPU other than `src`,
  * not switched off by the host (KVM) nor clearly weaker than `src`
  * (policy.h vs_ivh_target_ok), that is idle, the one idle longest; if
- * none is, one that runs only SCHED_IDLE work.
+ * none is, one that runs only SCHED_IDLE work. Among idle ones, a vCPU
+ * whose host CPU runs no other normal task comes first: a stacked mate
+ * running one would halve what the task gets (with two threads on two
+ * host CPUs of capped pairs, each thread should alternate within its own
+ * pair; sending both to one host CPU left the other idle).
  * Long idleness is what the paper's heuristic asks for: such a vCPU has
  * likely used none of its time lately, so it runs the task for a full
  * active stretch (one idle for a moment may have used its quota and be
@@ -481,11 +512,13 @@ static bool loses_time(s32 cpu)
  */
 static s32 ivh_target(s32 src)
 {
-	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
-	s32 best = -1, idle_policy = -1;
-	u64 best_since = 0;
+	const struct cpumask *idle;
+	u64 busy = running_normal_except(src);
+	s32 best = -1, shared = -1, idle_policy = -1;
+	u64 best_since = 0, shared_since = 0;
 	s32 cpu;
 
+	idle = scx_bpf_get_idle_cpumask();
 	bpf_for(cpu, 0, nr_cpus) {
 		struct vcpu_live *l;
 
@@ -501,13 +534,20 @@ static s32 ivh_target(s32 src)
 		}
 		if (!(l = live_of(cpu)) || !l->idle_since_ns /* leaving idle now */)
 			continue;
-		if (best < 0 || l->idle_since_ns < best_since) {
+		if (host_shared_with(cpu, busy)) {
+			if (shared < 0 || l->idle_since_ns < shared_since) {
+				shared = cpu;
+				shared_since = l->idle_since_ns;
+			}
+		} else if (best < 0 || l->idle_since_ns < best_since) {
 			best = cpu;
 			best_since = l->idle_since_ns;
 		}
 	}
 	scx_bpf_put_idle_cpumask(idle);
-	return best >= 0 ? best : idle_policy;
+	if (best >= 0)
+		return best;
+	return shared >= 0 ? shared : idle_policy;
 }
 
 /*
