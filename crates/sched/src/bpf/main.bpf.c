@@ -504,11 +504,12 @@ static bool host_shared_with(s32 cpu, u64 busy)
  * SCHED_IDLE work does not hold a vCPU against normal work (the kernel's
  * default scheduler counts such a CPU as idle when it places a task):
  * the probers' light windows run SCHED_IDLE on every vCPU at once, about
- * a tenth of the time, and without this fallback IVH had no target then
- * (a CPU-bound thread in the IVH layout ran at a quarter of its speed
- * through each window). Such a target has not rested (`idle_since_ns`
- * is 0 while it is busy), so only the heartbeat's hand-shake moves a
- * task there, never the tick rule.
+ * a tenth of the time, and without this fallback IVH had no target then.
+ * (Under TCG a CPU-bound thread in the IVH layout still slows to a
+ * quarter of its speed through each window, with or without it: that is
+ * mostly the probers' emulated cost; docs/benchmarks.md.) Such a target
+ * has not rested (`idle_since_ns` is 0 while it is busy), so only the
+ * heartbeat's hand-shake moves a task there, never the tick rule.
  */
 static s32 ivh_target(s32 src)
 {
