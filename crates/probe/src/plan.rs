@@ -309,8 +309,9 @@ impl WatchSchedule {
     /// [`STACKED_TOPOLOGY_EVERY`] (true unless set here). That check is
     /// what gives back a stacked vCPU RWC hides, and serves nothing where
     /// no RWC hides vCPUs: there it only costs (each takes every vCPU at
-    /// high priority; in the IVH layout, whose capped pairs share host
-    /// CPUs, 100-250 ms every 2 s under TCG).
+    /// high priority, in the IVH layout, whose capped pairs share host
+    /// CPUs, for 100-250 ms every 2 s under TCG; a CPU-bound thread there
+    /// was no faster without them, docs/benchmarks.md).
     pub fn recheck_stacked(mut self, yes: bool) -> WatchSchedule {
         self.recheck_stacked = yes;
         self
@@ -562,7 +563,7 @@ mod tests {
 
     /// Without RWC nothing hides a stacked vCPU, so nothing needs the
     /// 2 s checks: in the IVH layout (RWC off, capped pairs sharing host
-    /// CPUs) they cost a CPU-bound thread every other probe step.
+    /// CPUs) they took every vCPU at high priority every other step.
     #[test]
     fn stacked_vcpus_keep_the_usual_rhythm_where_no_rwc_hides_them() {
         let t0 = Instant::now();
