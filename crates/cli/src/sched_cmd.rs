@@ -205,9 +205,10 @@ pub fn run(args: SchedArgs) -> Result<u8> {
                     light: args.light_window,
                     ..defaults.windows
                 },
-                // Only RWC hides stacked vCPUs, and only a topology check
-                // gives one back.
-                recheck_stacked: tunables.rwc,
+                // RWC hides stacked vCPUs (only a topology check gives
+                // one back) and IVH prefers targets on a free host CPU:
+                // both read the stacking.
+                recheck_stacked: tunables.rwc || tunables.ivh,
                 ..defaults
             };
             std::thread::Builder::new()

@@ -479,7 +479,7 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         &[
             &run("", "with-ivh", 400_000_000),
             &run("--no-ivh", "without-ivh", 400_000_000),
-            // Long enough (about 3 s) to pass through two light windows.
+            // Long enough (2.5 s or so) to pass through two light windows.
             &run("--ivh-beats-only", "beats-only", 1_200_000_000),
         ],
     );
@@ -515,10 +515,11 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         beats_done >= 10,
         "the heartbeat's rule moves the thread by itself: {beats:#}"
     );
-    let over_idle_policy = counter(&beats, "ivh_over_idle_policy");
+    // Counted at the move: a target taken while the probers held every
+    // other vCPU, or an idle one whose prober started while it answered.
     assert!(
-        (1..=beats_done).contains(&over_idle_policy),
-        "light windows leave no vCPU idle: IVH takes one running the SCHED_IDLE prober: {beats:#}"
+        counter(&beats, "ivh_over_idle_policy") >= 1,
+        "light windows leave no vCPU idle: IVH moves onto one running the SCHED_IDLE prober: {beats:#}"
     );
     let ticks = nice_ticks(with, "with-ivh");
     let total: i64 = ticks.iter().sum();

@@ -307,8 +307,9 @@ impl WatchSchedule {
 
     /// Whether known-stacked vCPUs get a topology validation every
     /// [`STACKED_TOPOLOGY_EVERY`] (true unless set here). That check is
-    /// what gives back a stacked vCPU RWC hides, and serves nothing where
-    /// no RWC hides vCPUs: there it only costs (each takes every vCPU at
+    /// what gives back a stacked vCPU RWC hides (and keeps fresh the
+    /// stacking IVH's targets are chosen by), and serves nothing where
+    /// neither reads it: there it only costs (each takes every vCPU at
     /// high priority, in the IVH layout, whose capped pairs share host
     /// CPUs, for 100-250 ms every 2 s under TCG; a CPU-bound thread there
     /// was no faster without them, docs/benchmarks.md).
@@ -561,9 +562,9 @@ mod tests {
         assert_eq!(plan.topology, TopologyStep::Validate);
     }
 
-    /// Without RWC nothing hides a stacked vCPU, so nothing needs the
-    /// 2 s checks: in the IVH layout (RWC off, capped pairs sharing host
-    /// CPUs) they took every vCPU at high priority every other step.
+    /// Where nothing reads the stacking between checks (no RWC, no IVH),
+    /// nothing needs the 2 s checks, which take every vCPU at high
+    /// priority (every other step in the IVH layout).
     #[test]
     fn stacked_vcpus_keep_the_usual_rhythm_where_no_rwc_hides_them() {
         let t0 = Instant::now();

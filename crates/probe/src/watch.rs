@@ -19,7 +19,7 @@ pub struct WatchConfig {
     pub interval: Duration,
     pub windows: Windows,
     /// Known-stacked vCPUs get a topology check every 2 s: true where
-    /// RWC may hide stacked vCPUs ([`WatchSchedule::recheck_stacked`]).
+    /// RWC may hide stacked vCPUs or IVH reads the stacking ([`WatchSchedule::recheck_stacked`]).
     pub recheck_stacked: bool,
 }
 

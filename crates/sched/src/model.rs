@@ -39,7 +39,7 @@ pub struct VcpuModel {
     /// Among the VM's shortest inactive episodes: BVS's first choice.
     pub low_latency: bool,
     /// Bit n set: vCPU n shares a host CPU with this one (IVH prefers a
-    /// target whose host CPU runs no other task). vCPUs from 64 on, beyond
+    /// target whose host CPU runs no other normal task). vCPUs from 64 on, beyond
     /// the BPF side's VS_MAX_CPUS, are left out.
     pub stack_mates: u64,
 }

@@ -102,7 +102,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_DONE,
         name: "ivh_done",
-        help: "IVH: tasks moved to an idle vCPU (that had answered, or had rested)",
+        help: "IVH: tasks moved to another vCPU (that had answered, or had rested)",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_ABANDONED_TARGET,
@@ -127,7 +127,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_OVER_IDLE_POLICY,
         name: "ivh_over_idle_policy",
-        help: "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work (pre-empted; the probers' light windows)",
+        help: "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work at the move (pre-empted): a target taken for lack of an idle one, or an idle one that took up the probers' work while answering",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,

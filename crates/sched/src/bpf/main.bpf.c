@@ -509,12 +509,15 @@ static bool host_shared_with(s32 cpu, u64 busy)
  * quarter of its speed through each window, with or without it: that is
  * mostly the probers' emulated cost; docs/benchmarks.md.) Such a target
  * has not rested (`idle_since_ns` is 0 while it is busy), so only the
- * heartbeat's hand-shake moves a task there, never the tick rule.
+ * heartbeat's rule moves a task there (by hand-shake, or at once with
+ * `--ivh-unaware`), never the tick rule.
  */
 static s32 ivh_target(s32 src)
 {
 	const struct cpumask *idle;
-	u64 busy = running_normal_except(src);
+	/* Found only once an idle candidate needs it (a second pass). */
+	u64 busy = 0;
+	bool busy_known = false;
 	s32 best = -1, shared = -1, idle_policy = -1;
 	u64 best_since = 0, shared_since = 0;
 	s32 cpu;
@@ -535,6 +538,10 @@ static s32 ivh_target(s32 src)
 		}
 		if (!(l = live_of(cpu)) || !l->idle_since_ns /* leaving idle now */)
 			continue;
+		if (!busy_known) {
+			busy = running_normal_except(src);
+			busy_known = true;
+		}
 		if (host_shared_with(cpu, busy)) {
 			if (shared < 0 || l->idle_since_ns < shared_since) {
 				shared = cpu;
@@ -722,7 +729,9 @@ static s32 ivh_destination(struct task_struct *p, s32 src)
  * 2 kHz heartbeat on every busy vCPU made four CPU-bound threads 30%
  * slower), so only where a decision reads it: the vCPU loses time (the
  * probe saw it available under 95%) and either IVH could move its task
- * (a normal task that may run anywhere, and an idle vCPU to take it) or
+ * (a normal task that may run anywhere, and a vCPU to take it: an idle
+ * one, or one running only SCHED_IDLE work, as during the probers' light
+ * windows, which arms the beats through each window) or
  * BVS's state check may choose it (it runs SCHED_IDLE work).
  */
 static bool beats_wanted(s32 cpu, struct vcpu_live *l)
@@ -964,10 +973,11 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 
 		cpu = ivh_destination(p, cur);
 		if (cpu >= 0) {
-			/* SCHED_IDLE work there is pre-empted (ivh_target);
-			 * asked before the insert, as runs_idle_policy()
-			 * wants an empty local queue. */
-			bool over_idle_policy = runs_idle_policy(cpu);
+			/* SCHED_IDLE work running there is pre-empted
+			 * (ivh_target), whatever waits in its local queue. */
+			struct vcpu_live *tl = live_of(cpu);
+			bool over_idle_policy = tl && tl->curr_pid &&
+						tl->curr_idle_policy;
 
 			if (over_idle_policy)
 				count(VS_STAT_IVH_OVER_IDLE_POLICY);
