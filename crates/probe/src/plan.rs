@@ -536,6 +536,14 @@ mod tests {
         assert_eq!(plan.topology, TopologyStep::Skip);
     }
 
+    /// A step's signals when the known topology has stacked vCPUs.
+    fn stacked_signals() -> StepSignals {
+        StepSignals {
+            stacked: true,
+            ..StepSignals::default()
+        }
+    }
+
     /// Regression: a stacked pair placed apart again was given back only
     /// at the next 10 s check (1-6 s late in the adaptability
     /// benchmark), since the hidden vCPU's light window sees no change.
@@ -543,10 +551,7 @@ mod tests {
     fn known_stacked_vcpus_are_checked_every_two_seconds() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        let stacked = StepSignals {
-            stacked: true,
-            ..StepSignals::default()
-        };
+        let stacked = stacked_signals();
         let mut w = WatchSchedule::new(s(5), s(10), t0);
         assert_eq!(w.next(t0 + s(1), stacked).topology, TopologyStep::Skip);
         assert_eq!(w.next(t0 + s(2), stacked).topology, TopologyStep::Validate);
@@ -569,10 +574,7 @@ mod tests {
     fn stacked_vcpus_keep_the_usual_rhythm_where_no_rwc_hides_them() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        let stacked = StepSignals {
-            stacked: true,
-            ..StepSignals::default()
-        };
+        let stacked = stacked_signals();
         let mut w = WatchSchedule::new(s(5), s(10), t0).recheck_stacked(false);
         for k in 1..10 {
             assert_eq!(

@@ -318,12 +318,18 @@ static bool latency_sensitive(struct task_ctx *tc)
 	return tc->declared || vs_latency_sensitive(tc->short_share, tc->wakes);
 }
 
-/* Whether `cpu` runs only SCHED_IDLE work now, with nothing queued for it. */
-static bool runs_idle_policy(s32 cpu)
+/* Whether the task `cpu` runs now is SCHED_IDLE work. */
+static bool running_idle_policy(s32 cpu)
 {
 	struct vcpu_live *l = live_of(cpu);
 
-	return l && l->curr_pid && l->curr_idle_policy &&
+	return l && l->curr_pid && l->curr_idle_policy;
+}
+
+/* Whether `cpu` runs only SCHED_IDLE work now, with nothing queued for it. */
+static bool runs_idle_policy(s32 cpu)
+{
+	return running_idle_policy(cpu) &&
 	       !scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
 }
 
@@ -975,9 +981,7 @@ void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
 		if (cpu >= 0) {
 			/* SCHED_IDLE work running there is pre-empted
 			 * (ivh_target), whatever waits in its local queue. */
-			struct vcpu_live *tl = live_of(cpu);
-			bool over_idle_policy = tl && tl->curr_pid &&
-						tl->curr_idle_policy;
+			bool over_idle_policy = running_idle_policy(cpu);
 
 			if (over_idle_policy)
 				count(VS_STAT_IVH_OVER_IDLE_POLICY);
