@@ -179,14 +179,23 @@ fn print_table(b: &RealBench) {
         }
     );
     println!(
-        "\n  {:<11} {:>2} {:>7} {:>12} {:>12} {:>7} {:>13} {:>6} {:>6}  verdict",
-        "program", "x", "threads", "glibc", "vsched", "ratio", "pairs min-max", "goal", "output"
+        "\n  {:<11} {:>2} {:>7} {:>12} {:>12} {:>7} {:>13} {:>6} {:>6} {:>6}  verdict",
+        "program",
+        "x",
+        "threads",
+        "glibc",
+        "vsched",
+        "ratio",
+        "pairs min-max",
+        "CPU",
+        "goal",
+        "output"
     );
     for r in &b.rows {
         let med = |v: &[f64]| vsched_model::stats::median(&mut v.to_vec());
         let unit = if r.unit == "s" { "s" } else { "/s" };
         println!(
-            "  {:<11} {:>2} {:>7} {:>10.3}{unit:<2} {:>10.3}{unit:<2} {:>6.3}x {:>6.2}-{:<6.2} {:>6.2} {:>6}  {}",
+            "  {:<11} {:>2} {:>7} {:>10.3}{unit:<2} {:>10.3}{unit:<2} {:>6.3}x {:>6.2}-{:<6.2} {:>5.3}x {:>6.2} {:>6}  {}",
             r.workload.name(),
             r.oversubscription,
             r.threads,
@@ -195,12 +204,17 @@ fn print_table(b: &RealBench) {
             r.median_ratio,
             r.min_ratio,
             r.max_ratio,
+            r.median_cpu_ratio,
             r.goal,
             if r.identical_output { "same" } else { "DIFFERS" },
             if r.met { "met" } else { "MISSED" }
         );
     }
     println!("\n  ratio: median over pairs of vsched's speed / glibc's (above 1: vsched faster)");
+    println!(
+        "  CPU: median over pairs of glibc's CPU time per unit of work / vsched's (above 1: vsched used less);\n\
+         \x20      it leaves out time other tenants took (not their slowing of shared caches and cores) and time lost idle"
+    );
     for s in &b.skipped {
         println!("  skipped {}: {}", s.workload.name(), s.reason);
     }

@@ -1,8 +1,10 @@
 //! Child processes that must not outlive the vsched process that started
-//! them, even when it is killed with SIGKILL and runs no clean-up.
+//! them, even when it is killed with SIGKILL and runs no clean-up; and the
+//! CPU time the ones already reaped used.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::Duration;
 
 /// Makes the kernel send `signal` to the child started from `cmd` when its
 /// parent dies (PR_SET_PDEATHSIG, set in the child between fork and exec;
@@ -18,6 +20,24 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
             Ok(())
         });
     }
+}
+
+/// User plus system CPU time of every child (and, through them, every
+/// descendant) that this process has waited for so far
+/// (getrusage(RUSAGE_CHILDREN)). The difference across a run that spawns
+/// and reaps its processes is what they used, leaving out the time the
+/// machine's other tenants took meanwhile: a steadier cost than wall time
+/// on a shared host.
+pub fn reaped_cpu() -> Duration {
+    // SAFETY: rusage is plain data; getrusage only writes into it, and
+    // RUSAGE_CHILDREN is always valid (it cannot fail with these arguments).
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 #[cfg(test)]
@@ -39,5 +59,20 @@ mod tests {
         .unwrap();
         let status = child.wait().unwrap();
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    }
+
+    #[test]
+    fn reaped_cpu_counts_a_busy_child_once_it_is_waited_for() {
+        let before = reaped_cpu();
+        // A shell loop that burns CPU for a while (no sleeping).
+        let status = Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let used = reaped_cpu() - before;
+        // 200,000 shell iterations take tens of ms on any machine; the
+        // clock's tick (getrusage is tick-accurate at worst) is 4-10 ms.
+        assert!(used >= Duration::from_millis(10), "{used:?}");
     }
 }

@@ -67,6 +67,16 @@ pub struct Row {
     pub median_ratio: f64,
     pub min_ratio: f64,
     pub max_ratio: f64,
+    /// CPU seconds (user + system) of each run's processes.
+    pub glibc_cpu_s: Vec<f64>,
+    pub vsched_cpu_s: Vec<f64>,
+    /// Per pair: glibc's CPU time per unit of work over vsched's (above 1:
+    /// vsched used less). Unlike wall time this leaves out the time other
+    /// tenants took (not how they slow shared caches and cores), so it
+    /// separates extra work done by the runtime from part of the
+    /// machine's drift; it does not see time lost idle.
+    pub cpu_ratios: Vec<f64>,
+    pub median_cpu_ratio: f64,
     /// Every run's output matched the first glibc run's.
     pub identical_output: bool,
     pub goal: f64,
@@ -102,6 +112,8 @@ struct Pending {
     size: u64,
     glibc: Vec<f64>,
     vsched: Vec<f64>,
+    glibc_cpu_s: Vec<f64>,
+    vsched_cpu_s: Vec<f64>,
     reference: Option<Fingerprint>,
     identical: bool,
 }
@@ -133,6 +145,8 @@ pub fn run(
                 size,
                 glibc: vec![],
                 vsched: vec![],
+                glibc_cpu_s: vec![],
+                vsched_cpu_s: vec![],
                 reference: None,
                 identical: true,
             });
@@ -143,8 +157,9 @@ pub fn run(
             h.interrupt.check()?;
             run_pair(&setup, row, round, config.control)?;
             let (g, v) = (row.glibc[round], row.vsched[round]);
+            let (gc, vc) = (row.glibc_cpu_s[round], row.vsched_cpu_s[round]);
             progress(&format!(
-                "round {}/{}: {} {}x: glibc {g:.3}, vsched {v:.3} ({:.2}x)",
+                "round {}/{}: {} {}x: glibc {g:.3}, vsched {v:.3} ({:.2}x; CPU {gc:.2} s, {vc:.2} s)",
                 round + 1,
                 config.rounds,
                 row.workload.name(),
@@ -224,8 +239,14 @@ fn run_pair(
             }
         }
         match variant {
-            Variant::Baseline => row.glibc.push(outcome.value),
-            Variant::Vsched => row.vsched.push(outcome.value),
+            Variant::Baseline => {
+                row.glibc.push(outcome.value);
+                row.glibc_cpu_s.push(outcome.cpu_s);
+            }
+            Variant::Vsched => {
+                row.vsched.push(outcome.value);
+                row.vsched_cpu_s.push(outcome.cpu_s);
+            }
         }
     }
     drop(busy);
@@ -264,6 +285,26 @@ fn speed_ratio(w: Workload, glibc: f64, vsched: f64) -> f64 {
     }
 }
 
+/// glibc's CPU time per unit of work over vsched's for one pair: the
+/// work is fixed for timed runs, and requests (rate x the fixed load
+/// period) for rates.
+fn cpu_ratio(w: Workload, (glibc, glibc_cpu): (f64, f64), (vsched, vsched_cpu): (f64, f64)) -> f64 {
+    if w.is_rate() {
+        (glibc_cpu / glibc) / (vsched_cpu / vsched)
+    } else {
+        glibc_cpu / vsched_cpu
+    }
+}
+
+/// The median of `v`, NaN when there is nothing to take it of.
+fn median_or_nan(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        median(&mut v.to_vec())
+    }
+}
+
 fn finish(p: Pending) -> Row {
     let ratios: Vec<f64> = p
         .glibc
@@ -271,11 +312,16 @@ fn finish(p: Pending) -> Row {
         .zip(&p.vsched)
         .map(|(&g, &v)| speed_ratio(p.workload, g, v))
         .collect();
-    let median_ratio = if ratios.is_empty() {
-        f64::NAN
-    } else {
-        median(&mut ratios.clone())
-    };
+    let cpu_ratios: Vec<f64> = (0..ratios.len())
+        .map(|i| {
+            cpu_ratio(
+                p.workload,
+                (p.glibc[i], p.glibc_cpu_s[i]),
+                (p.vsched[i], p.vsched_cpu_s[i]),
+            )
+        })
+        .collect();
+    let median_ratio = median_or_nan(&ratios);
     let goal = p.workload.goal(p.oversubscription);
     Row {
         workload: p.workload,
@@ -291,6 +337,10 @@ fn finish(p: Pending) -> Row {
         max_ratio: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         met: p.identical && median_ratio >= goal,
         median_ratio,
+        median_cpu_ratio: median_or_nan(&cpu_ratios),
+        cpu_ratios,
+        glibc_cpu_s: p.glibc_cpu_s,
+        vsched_cpu_s: p.vsched_cpu_s,
         identical_output: p.identical,
         goal,
         glibc: p.glibc,
@@ -309,6 +359,10 @@ mod tests {
             oversubscription: 1,
             threads: 2,
             size: 0,
+            // CPU time as long as the wall time: a CPU ratio equal to the
+            // speed ratio unless a test sets them apart.
+            glibc_cpu_s: glibc.clone(),
+            vsched_cpu_s: vsched.clone(),
             glibc,
             vsched,
             reference: None,
@@ -341,5 +395,22 @@ mod tests {
         let mut p = pending(Workload::Xz, vec![2.0], vec![1.0]);
         p.identical = false;
         assert!(!finish(p).met);
+    }
+
+    #[test]
+    fn cpu_ratios_compare_cpu_per_unit_of_work() {
+        // Timed: same wall time, vsched used 10% more CPU.
+        let mut p = pending(Workload::Xz, vec![2.0], vec![2.0]);
+        p.vsched_cpu_s = vec![4.4];
+        p.glibc_cpu_s = vec![4.0];
+        let r = finish(p);
+        assert_eq!(r.ratios, [1.0]);
+        assert!((r.median_cpu_ratio - 4.0 / 4.4).abs() < 1e-12);
+        // Rate: vsched served twice the requests with the same CPU, so
+        // half the CPU per request.
+        let mut p = pending(Workload::Memcached, vec![100.0], vec![200.0]);
+        p.glibc_cpu_s = vec![3.0];
+        p.vsched_cpu_s = vec![3.0];
+        assert_eq!(finish(p).cpu_ratios, [2.0]);
     }
 }

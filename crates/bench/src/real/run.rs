@@ -28,6 +28,9 @@ const MEMCACHED_START_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Outcome {
     /// Seconds, or requests per second for a rate (Workload::is_rate).
     pub value: f64,
+    /// CPU seconds (user + system) that the run's processes used: the
+    /// program, `vsched exec` and, for memcached, the load generator.
+    pub cpu_s: f64,
     pub fingerprint: Fingerprint,
 }
 
@@ -108,9 +111,10 @@ impl Setup {
             })?;
             let mut cmd = self.command(variant, Path::new(program));
             cmd.args(args).arg(&self.input).stdout(file);
-            let (seconds, _) = timed(cmd, w.name())?;
+            let (seconds, cpu_s, _) = timed(cmd, w.name())?;
             Ok(Outcome {
                 value: seconds,
+                cpu_s,
                 fingerprint: Fingerprint::File(out),
             })
         };
@@ -140,10 +144,11 @@ impl Setup {
         let mut cmd = self.command(variant, program.path());
         cmd.arg(regions.to_string())
             .env("OMP_NUM_THREADS", threads.to_string());
-        let (seconds, out) = timed(cmd, "the OpenMP program")?;
+        let (seconds, cpu_s, out) = timed(cmd, "the OpenMP program")?;
         let checksum = json_field(&out, "checksum", "the OpenMP program")?;
         Ok(Outcome {
             value: seconds,
+            cpu_s,
             fingerprint: Fingerprint::Text(checksum),
         })
     }
@@ -162,9 +167,10 @@ impl Setup {
         })?;
         let mut cmd = self.command(variant, Path::new("sqlite3"));
         cmd.arg(":memory:").stdin(stdin);
-        let (seconds, out) = timed(cmd, "sqlite3")?;
+        let (seconds, cpu_s, out) = timed(cmd, "sqlite3")?;
         Ok(Outcome {
             value: seconds,
+            cpu_s,
             fingerprint: Fingerprint::Text(String::from_utf8_lossy(&out.stdout).into_owned()),
         })
     }
@@ -173,10 +179,11 @@ impl Setup {
         let program = self.syncbench.as_ref().ok_or(BenchError::NoCompiler)?;
         let mut cmd = self.command(variant, program.path());
         cmd.args(["mutex", &threads.to_string(), &ops.to_string()]);
-        let (seconds, out) = timed(cmd, "the mutex program")?;
+        let (seconds, cpu_s, out) = timed(cmd, "the mutex program")?;
         let done = json_field(&out, "ops", "the mutex program")?;
         Ok(Outcome {
             value: seconds,
+            cpu_s,
             fingerprint: Fingerprint::Text(done),
         })
     }
@@ -185,6 +192,7 @@ impl Setup {
     /// loaded by memcaslap; its requests per second.
     fn memcached(&self, variant: Variant, threads: usize) -> Result<Outcome, BenchError> {
         let port = free_port()?;
+        let cpu_before = vsched_os::child::reaped_cpu();
         let mut cmd = self.command(variant, Path::new("memcached"));
         cmd.args(["-t", &threads.to_string(), "-l", "127.0.0.1", "-U", "0"])
             .args(["-p", &port.to_string()])
@@ -213,6 +221,7 @@ impl Setup {
                 source,
             })?;
         drop(server);
+        let cpu_s = (vsched_os::child::reaped_cpu() - cpu_before).as_secs_f64();
         let text = String::from_utf8_lossy(&out.stdout);
         let tps = (out.status.success())
             .then(|| parse_tps(&text))
@@ -224,6 +233,7 @@ impl Setup {
             })?;
         Ok(Outcome {
             value: tps,
+            cpu_s,
             // Requests are random: nothing to compare but that they succeeded.
             fingerprint: Fingerprint::Text("served".into()),
         })
@@ -274,14 +284,17 @@ fn free_port() -> Result<u16, BenchError> {
 }
 
 /// Runs `cmd` to its end; wall-clock seconds (start-up of `vsched exec`
-/// included: a user pays it too) and its output, if it succeeded.
-fn timed(mut cmd: Command, what: &'static str) -> Result<(f64, Output), BenchError> {
+/// included: a user pays it too), CPU seconds and its output, if it
+/// succeeded.
+fn timed(mut cmd: Command, what: &'static str) -> Result<(f64, f64, Output), BenchError> {
+    let cpu_before = vsched_os::child::reaped_cpu();
     let start = Instant::now();
     let out = cmd
         .stderr(Stdio::piped())
         .output()
         .map_err(|source| BenchError::Start { what, source })?;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu_s = (vsched_os::child::reaped_cpu() - cpu_before).as_secs_f64();
     if !out.status.success() {
         return Err(BenchError::Failed {
             what,
@@ -289,7 +302,7 @@ fn timed(mut cmd: Command, what: &'static str) -> Result<(f64, Output), BenchErr
             detail: format!(": {}", String::from_utf8_lossy(&out.stderr).trim()),
         });
     }
-    Ok((seconds, out))
+    Ok((seconds, cpu_s, out))
 }
 
 /// A field of the JSON line a C program printed last, as text.
