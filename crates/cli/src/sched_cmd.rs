@@ -152,6 +152,9 @@ struct TunablesJson {
     heartbeat_ns: u64,
     latency_sensitive: Vec<String>,
     probe: bool,
+    /// The probers' rhythm and light window (0 with `--no-probe`).
+    probe_interval_ns: u64,
+    light_window_ns: u64,
 }
 
 /// The scheduler's tunables as the flags set them.
@@ -280,6 +283,10 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         // The probers notice the closed channel after their current step.
         let _ = p.join();
     }
+    let probe_ns = |d: Duration| match args.no_probe {
+        true => 0,
+        false => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+    };
     let summary = Summary {
         schema: "vsched.sched-summary/v1",
         seconds: started.elapsed().as_secs_f64(),
@@ -296,6 +303,8 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             heartbeat_ns: tunables.beat_ns,
             latency_sensitive: args.latency_sensitive.clone(),
             probe: !args.no_probe,
+            probe_interval_ns: probe_ns(args.probe_interval),
+            light_window_ns: probe_ns(args.light_window),
         },
         counters: totals.to_json_map(),
         model_updates,

@@ -40,8 +40,16 @@ pub struct VcpuModel {
     pub low_latency: bool,
     /// Bit n set: vCPU n shares a host CPU with this one (IVH prefers a
     /// target whose host CPU runs no other normal task). vCPUs from 64 on, beyond
-    /// the BPF side's VS_MAX_CPUS, are left out.
+    /// the BPF side's VS_MAX_CPUS, are left out. In JSON: the list of
+    /// those vCPUs.
+    #[serde(serialize_with = "cpus_of_mask")]
     pub stack_mates: u64,
+}
+
+/// A vCPU bit mask as the list of its vCPUs, as the probe's JSON lists
+/// `stacked_with`.
+fn cpus_of_mask<S: serde::Serializer>(mask: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq((0..64u32).filter(|n| mask & (1 << n) != 0))
 }
 
 impl VcpuModel {
@@ -177,6 +185,9 @@ mod tests {
         assert_eq!(m[0].episode_mean_us, 2500);
         let mates: Vec<u64> = m.iter().map(|v| v.stack_mates).collect();
         assert_eq!(mates, [0, 1 << 2, 1 << 1, 0]);
+        // The summary JSON lists the mates, as the probe lists stacked_with.
+        let json = serde_json::to_value(m[1]).unwrap();
+        assert_eq!(json["stack_mates"], serde_json::json!([2]));
     }
 
     #[test]
