@@ -195,13 +195,15 @@ fn print_table(b: &RealBench) {
         let med = |v: &[f64]| vsched_model::stats::median(&mut v.to_vec());
         let unit = if r.unit == "s" { "s" } else { "/s" };
         println!(
-            "  {:<11} {:>2} {:>7} {:>10.3}{unit:<2} {:>10.3}{unit:<2} {:>6.3}x {:>6.2}-{:<6.2} {:>5.3}x {:>6.2} {:>6}  {}",
+            "  {:<11} {:>2} {:>7} {:>10.3}{unit:<2} {:>10.3}{unit:<2} {:>6.3}x {:>13} {:>6.2}-{:<6.2} {:>5.3}x {:>6.2} {:>6}  {}",
             r.workload.name(),
             r.oversubscription,
             r.threads,
             med(&r.glibc),
             med(&r.vsched),
             r.median_ratio,
+            r.median_ratio_interval
+                .map_or("-".into(), |[lo, hi]| format!("{lo:.3}-{hi:.3}")),
             r.min_ratio,
             r.max_ratio,
             r.median_cpu_ratio,
@@ -212,8 +214,12 @@ fn print_table(b: &RealBench) {
     }
     println!("\n  ratio: median over pairs of vsched's speed / glibc's (above 1: vsched faster)");
     println!(
+        "  interval: where the median of all such pairs lies (sign-test interval, from 5 pairs);\n\
+         \x20      a goal is missed measurably only where it lies wholly below the goal"
+    );
+    println!(
         "  CPU: median over pairs of glibc's CPU time per unit of work / vsched's (above 1: vsched used less);\n\
-         \x20      it leaves out time other tenants took (not their slowing of shared caches and cores) and time lost idle"
+         \x20      below the ratio: vsched's waits burned CPU that glibc's left idle (a slower machine moves both)"
     );
     for s in &b.skipped {
         println!("  skipped {}: {}", s.workload.name(), s.reason);

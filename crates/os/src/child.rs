@@ -25,9 +25,8 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
 /// User plus system CPU time of every child (and, through them, every
 /// descendant) that this process has waited for so far
 /// (getrusage(RUSAGE_CHILDREN)). The difference across a run that spawns
-/// and reaps its processes is what they used, leaving out the time the
-/// machine's other tenants took meanwhile: a steadier cost than wall time
-/// on a shared host.
+/// and reaps its processes is what they used: beside the wall time, it
+/// tells work done from time spent waiting.
 pub fn reaped_cpu() -> Duration {
     // SAFETY: rusage is plain data; getrusage only writes into it, and
     // RUSAGE_CHILDREN is always valid (it cannot fail with these arguments).

@@ -25,7 +25,7 @@ use crate::{BenchError, Harness};
 use run::{same_output, Fingerprint, Setup};
 use serde::Serialize;
 use vsched_lab::host_load::{HostLoad, HostLoads};
-use vsched_model::stats::median;
+use vsched_model::stats::{median, median_interval};
 
 /// The busy host of `mutex-busy`: each vCPU is taken 2 ms of every 8 (a
 /// quarter of its time, in episodes as long as a host time slice), by
@@ -33,6 +33,10 @@ use vsched_model::stats::median;
 /// shares the core.
 const BUSY_ON_US: u64 = 2_000;
 const BUSY_PERIOD_US: u64 = 8_000;
+
+/// Confidence of the interval given for each row's median ratio: 90%, so
+/// that "the interval lies below the goal" is a one-sided 95% statement.
+pub const MEDIAN_INTERVAL_LEVEL: f64 = 0.90;
 
 /// What the caller asks for.
 #[derive(Debug, Clone)]
@@ -65,16 +69,21 @@ pub struct Row {
     /// Per pair: vsched's speed over glibc's (above 1: vsched faster).
     pub ratios: Vec<f64>,
     pub median_ratio: f64,
+    /// Where the median ratio of all such pairs lies with
+    /// MEDIAN_INTERVAL_LEVEL confidence (vsched_model::stats::
+    /// median_interval); None with fewer than 5 pairs. A goal is missed
+    /// measurably only where the interval lies wholly below it.
+    pub median_ratio_interval: Option<[f64; 2]>,
     pub min_ratio: f64,
     pub max_ratio: f64,
     /// CPU seconds (user + system) of each run's processes.
     pub glibc_cpu_s: Vec<f64>,
     pub vsched_cpu_s: Vec<f64>,
     /// Per pair: glibc's CPU time per unit of work over vsched's (above 1:
-    /// vsched used less). Unlike wall time this leaves out the time other
-    /// tenants took (not how they slow shared caches and cores), so it
-    /// separates extra work done by the runtime from part of the
-    /// machine's drift; it does not see time lost idle.
+    /// vsched used less). A machine that runs slower for a while (shared
+    /// cores, other tenants) moves it as it moves the speed ratio; where
+    /// it reads below the speed ratio, vsched's waits burned CPU time
+    /// (spinning, yielding) that glibc's left idle.
     pub cpu_ratios: Vec<f64>,
     pub median_cpu_ratio: f64,
     /// Every run's output matched the first glibc run's.
@@ -337,6 +346,8 @@ fn finish(p: Pending) -> Row {
         max_ratio: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         met: p.identical && median_ratio >= goal,
         median_ratio,
+        median_ratio_interval: median_interval(&ratios, MEDIAN_INTERVAL_LEVEL)
+            .map(|(lo, hi)| [lo, hi]),
         median_cpu_ratio: median_or_nan(&cpu_ratios),
         cpu_ratios,
         glibc_cpu_s: p.glibc_cpu_s,
@@ -381,6 +392,9 @@ mod tests {
         assert_eq!(r.ratios, [0.8, 1.0, 1.2]);
         assert_eq!((r.median_ratio, r.min_ratio, r.max_ratio), (1.0, 0.8, 1.2));
         assert!(r.met, "1.0 >= 0.98 at 1x");
+        assert_eq!(r.median_ratio_interval, None, "3 pairs are too few");
+        let r = finish(pending(Workload::Xz, vec![1.0; 5], vec![1.0, 2.0, 0.5, 1.25, 0.8]));
+        assert_eq!(r.median_ratio_interval, Some([0.5, 2.0]));
     }
 
     #[test]

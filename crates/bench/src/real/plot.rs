@@ -110,6 +110,7 @@ mod tests {
             glibc: vec![],
             vsched: vec![],
             median_ratio: ratios[ratios.len() / 2],
+            median_ratio_interval: None,
             min_ratio: 0.0,
             max_ratio: 0.0,
             glibc_cpu_s: vec![],
