@@ -494,14 +494,16 @@ static bool host_shared_with(s32 cpu, u64 busy)
 }
 
 /*
- * IVH's target for a task leaving `src`: a visible vCPU other than `src`,
- * not switched off by the host (KVM) nor clearly weaker than `src`
- * (policy.h vs_ivh_target_ok), that is idle, the one idle longest; if
- * none is, one that runs only SCHED_IDLE work. Among idle ones, a vCPU
- * whose host CPU runs no other normal task comes first: a stacked mate
- * running one would halve what the task gets (with two threads on two
- * host CPUs of capped pairs, each thread should alternate within its own
- * pair; sending both to one host CPU left the other idle).
+ * IVH's target for a task leaving `src`, none while every visible vCPU
+ * has a normal task of its own (policy.h vs_ivh_vcpu_to_spare): a visible
+ * vCPU other than `src`, not switched off by the host (KVM) nor clearly
+ * weaker than `src` (policy.h vs_ivh_target_ok), that is idle, the one
+ * idle longest; if none is, one that runs only SCHED_IDLE work. Among
+ * idle ones, a vCPU whose host CPU runs no other normal task comes
+ * first: a stacked mate running one would halve what the task gets (with
+ * two threads on two host CPUs of capped pairs, each thread should
+ * alternate within its own pair; sending both to one host CPU left the
+ * other idle).
  * Long idleness is what the paper's heuristic asks for: such a vCPU has
  * likely used none of its time lately, so it runs the task for a full
  * active stretch (one idle for a moment may have used its quota and be
@@ -526,6 +528,10 @@ static s32 ivh_target(s32 src)
 	bool busy_known = false;
 	s32 best = -1, shared = -1, idle_policy = -1;
 	u64 best_since = 0, shared_since = 0;
+	/* Normal tasks wanting a vCPU, and vCPUs to give (policy.h
+	 * vs_ivh_vcpu_to_spare); queued tasks may be SCHED_IDLE work on its
+	 * way to run, which errs towards not moving. */
+	u32 wanting = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL), nr_visible = 0;
 	s32 cpu;
 
 	idle = scx_bpf_get_idle_cpumask();
@@ -534,6 +540,11 @@ static s32 ivh_target(s32 src)
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
+		if ((l = live_of(cpu)) && l->curr_pid && !l->curr_idle_policy)
+			wanting++;
+		wanting += scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
+		if (visible(cpu))
+			nr_visible++;
 		if (cpu == src || !visible(cpu) || host_preempted(cpu) ||
 		    !vs_ivh_target_ok(score(src), score(cpu)))
 			continue;
@@ -559,6 +570,8 @@ static s32 ivh_target(s32 src)
 		}
 	}
 	scx_bpf_put_idle_cpumask(idle);
+	if (!vs_ivh_vcpu_to_spare(wanting, nr_visible))
+		return -1;
 	if (best >= 0)
 		return best;
 	return shared >= 0 ? shared : idle_policy;

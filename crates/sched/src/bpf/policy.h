@@ -327,6 +327,20 @@ static inline int vs_ivh_surplus(u32 idle, u32 busy, u32 available_permille)
 }
 
 /*
+ * Whether the VM has a vCPU to spare for IVH: fewer normal tasks want a
+ * vCPU (running or queued) than there are visible vCPUs. IVH harvests
+ * vCPUs nothing else needs; with a task for every vCPU, a vCPU idle for a
+ * moment is one a move or a short wait has just emptied, and moving into
+ * it only hands the stall to the task that comes back (four CPU-bound
+ * threads on the IVH layout's four capped vCPUs: 56-67 moves per run,
+ * 0.88-0.96x the default against 0.97-1.04x without IVH).
+ */
+static inline int vs_ivh_vcpu_to_spare(u32 wanting, u32 visible)
+{
+	return wanting < visible;
+}
+
+/*
  * Whether a step of IVH's hand-shake stamped at `stamp_ns` is still
  * fresh at `now`: within `limit_ns` (one gap threshold). Later, one side
  * was switched off in between and the move would no longer help.

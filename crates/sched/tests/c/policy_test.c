@@ -198,6 +198,13 @@ int main(void)
 	CHECK(vs_ivh_surplus(2, 2, 600));   /* idle 1.2 against busy 0.8 */
 	CHECK(!vs_ivh_surplus(3, 1, 1000)); /* nothing lost: nothing to do */
 
+	/* IVH moves only where a vCPU is left to spare. */
+	CHECK(vs_ivh_vcpu_to_spare(1, 4));  /* one thread on four vCPUs */
+	CHECK(vs_ivh_vcpu_to_spare(3, 4));  /* one thread has ended */
+	CHECK(!vs_ivh_vcpu_to_spare(4, 4)); /* a thread for every vCPU */
+	CHECK(!vs_ivh_vcpu_to_spare(5, 4)); /* oversubscribed */
+	CHECK(!vs_ivh_vcpu_to_spare(0, 0)); /* everything hidden */
+
 	/* The model's rhythm: mean episode over the unavailable share. */
 	CHECK(vs_model_rhythm_ns(5000, 500) == 10 * MS); /* capped at 50% */
 	CHECK(vs_model_rhythm_ns(9000, 100) == 10 * MS); /* a 10% straggler */
