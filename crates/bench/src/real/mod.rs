@@ -393,7 +393,11 @@ mod tests {
         assert_eq!((r.median_ratio, r.min_ratio, r.max_ratio), (1.0, 0.8, 1.2));
         assert!(r.met, "1.0 >= 0.98 at 1x");
         assert_eq!(r.median_ratio_interval, None, "3 pairs are too few");
-        let r = finish(pending(Workload::Xz, vec![1.0; 5], vec![1.0, 2.0, 0.5, 1.25, 0.8]));
+        let r = finish(pending(
+            Workload::Xz,
+            vec![1.0; 5],
+            vec![1.0, 2.0, 0.5, 1.25, 0.8],
+        ));
         assert_eq!(r.median_ratio_interval, Some([0.5, 2.0]));
     }
 
