@@ -179,13 +179,17 @@ fn print_table(b: &RealBench) {
         }
     );
     println!(
-        "\n  {:<11} {:>2} {:>7} {:>12} {:>12} {:>7} {:>13} {:>6} {:>6} {:>6}  verdict",
+        "\n  {:<11} {:>2} {:>7} {:>12} {:>12} {:>7} {:>13} {:>13} {:>6} {:>6} {:>6}  verdict",
         "program",
         "x",
         "threads",
         "glibc",
         "vsched",
         "ratio",
+        format!(
+            "{:.0}% interval",
+            100.0 * vsched_bench::real::MEDIAN_INTERVAL_LEVEL
+        ),
         "pairs min-max",
         "CPU",
         "goal",
@@ -214,8 +218,9 @@ fn print_table(b: &RealBench) {
     }
     println!("\n  ratio: median over pairs of vsched's speed / glibc's (above 1: vsched faster)");
     println!(
-        "  interval: where the median of all such pairs lies (sign-test interval, from 5 pairs);\n\
-         \x20      a goal is missed measurably only where it lies wholly below the goal"
+        "  {:.0}% interval: where the median of all such pairs lies (sign-test interval, from 5 pairs);\n\
+         \x20      a goal is missed measurably only where it lies wholly below the goal",
+        100.0 * vsched_bench::real::MEDIAN_INTERVAL_LEVEL
     );
     println!(
         "  CPU: median over pairs of glibc's CPU time per unit of work / vsched's (above 1: vsched used less);\n\

@@ -288,7 +288,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         false => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
     };
     let summary = Summary {
-        schema: "vsched.sched-summary/v1",
+        schema: "vsched.sched-summary/v2",
         seconds: started.elapsed().as_secs_f64(),
         tunables: TunablesJson {
             slice_ns: tunables.slice_ns,

@@ -26,7 +26,10 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
 /// descendant) that this process has waited for so far
 /// (getrusage(RUSAGE_CHILDREN)). The difference across a run that spawns
 /// and reaps its processes is what they used: beside the wall time, it
-/// tells work done from time spent waiting.
+/// tells work done from time spent waiting. Process-wide: a child that
+/// another thread reaps meanwhile is added too, and a descendant orphaned
+/// (reaped by init, not by its parent) is missed; callers run one child
+/// at a time.
 pub fn reaped_cpu() -> Duration {
     // SAFETY: rusage is plain data; getrusage only writes into it, and
     // RUSAGE_CHILDREN is always valid (it cannot fail with these arguments).
