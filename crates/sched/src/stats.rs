@@ -130,6 +130,11 @@ pub const STATS: &[StatDef] = &[
         help: "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work at the move (pre-empted): a target taken for lack of an idle one, or an idle one that took up the probers' work while answering",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_IVH_NO_SPARE,
+        name: "ivh_no_spare",
+        help: "IVH: decisions (a heartbeat predicting a switch-off, or a tick on a vCPU losing time) that sought no move, every visible vCPU having a normal task of its own",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,
         name: "beat_gaps",
         help: "inactive episodes the scheduler's heartbeat saw (all vCPUs)",

@@ -162,6 +162,10 @@ enum vs_stat {
 	/* IVH: moves done onto a vCPU that ran only SCHED_IDLE work, such as
 	 * the probers' light windows (part of DONE). */
 	VS_STAT_IVH_OVER_IDLE_POLICY,
+	/* IVH: decisions (a heartbeat that predicted a switch-off, or a tick
+	 * on a vCPU losing time) that found every visible vCPU taken by a
+	 * normal task (policy.h vs_ivh_vcpu_to_spare): no move sought. */
+	VS_STAT_IVH_NO_SPARE,
 	/* Inactive episodes the heartbeat saw (all vCPUs). */
 	VS_STAT_BEAT_GAPS,
 	/* SCHED_IDLE tasks run ahead of waiting normal work because they had

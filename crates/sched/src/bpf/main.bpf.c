@@ -61,6 +61,9 @@ char _license[] SEC("license") = "GPL";
  * faster than every 2 ms of its own progress.
  */
 #define VS_IVH_MIN_RUN_NS 2000000ULL
+/* ivh_target's answer when every visible vCPU has a normal task of its
+ * own (policy.h vs_ivh_vcpu_to_spare), apart from "no target" (-1). */
+#define VS_IVH_NO_SPARE (-2)
 
 /*
  * Heartbeats a target may take to answer IVH's pre-wake (4: 4 ms by
@@ -495,10 +498,10 @@ static bool host_shared_with(s32 cpu, u64 busy)
 
 /*
  * IVH's target for a task leaving `src`, none while every visible vCPU
- * has a normal task of its own (policy.h vs_ivh_vcpu_to_spare): a visible
- * vCPU other than `src`, not switched off by the host (KVM) nor clearly
- * weaker than `src` (policy.h vs_ivh_target_ok), that is idle, the one
- * idle longest; if none is, one that runs only SCHED_IDLE work. Among
+ * has a normal task of its own (VS_IVH_NO_SPARE; policy.h
+ * vs_ivh_vcpu_to_spare): a visible vCPU other than `src`, not switched
+ * off by the host (KVM) nor clearly weaker than `src` (policy.h
+ * vs_ivh_target_ok), that is idle, the one idle longest; if none is, one that runs only SCHED_IDLE work. Among
  * idle ones, a vCPU whose host CPU runs no other normal task comes
  * first: a stacked mate running one would halve what the task gets (with
  * two threads on two host CPUs of capped pairs, each thread should
@@ -571,7 +574,7 @@ static s32 ivh_target(s32 src)
 	}
 	scx_bpf_put_idle_cpumask(idle);
 	if (!vs_ivh_vcpu_to_spare(wanting, nr_visible))
-		return -1;
+		return VS_IVH_NO_SPARE;
 	if (best >= 0)
 		return best;
 	return shared >= 0 ? shared : idle_policy;
@@ -596,6 +599,8 @@ static void ivh_consider(s32 src, struct vcpu_live *l, u64 now)
 	    !vs_about_to_stall(l, now, 2 * beat_ns))
 		return;
 	target = ivh_target(src);
+	if (target == VS_IVH_NO_SPARE)
+		count(VS_STAT_IVH_NO_SPARE);
 	if (target < 0 || !(t = live_of(target)))
 		return;
 	count(VS_STAT_IVH_ATTEMPTED);
@@ -677,6 +682,8 @@ static void ivh_at_tick_consider(s32 src, struct vcpu_live *l, u64 now)
 	    now < l->ivh_quiet_until_ns)
 		return;
 	target = ivh_target(src);
+	if (target == VS_IVH_NO_SPARE)
+		count(VS_STAT_IVH_NO_SPARE);
 	if (target < 0 || !ivh_tick_may_move(src, target))
 		return;
 	count(VS_STAT_IVH_ATTEMPTED);
