@@ -305,15 +305,6 @@ fn cpu_ratio(w: Workload, (glibc, glibc_cpu): (f64, f64), (vsched, vsched_cpu): 
     }
 }
 
-/// The median of `v`, NaN when there is nothing to take it of.
-fn median_or_nan(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        median(&mut v.to_vec())
-    }
-}
-
 fn finish(p: Pending) -> Row {
     let ratios: Vec<f64> = p
         .glibc
@@ -330,7 +321,8 @@ fn finish(p: Pending) -> Row {
             )
         })
         .collect();
-    let median_ratio = median_or_nan(&ratios);
+    // NaN without pairs (stats::median of nothing).
+    let median_ratio = median(&mut ratios.clone());
     let goal = p.workload.goal(p.oversubscription);
     Row {
         workload: p.workload,
@@ -348,7 +340,7 @@ fn finish(p: Pending) -> Row {
         median_ratio,
         median_ratio_interval: median_interval(&ratios, MEDIAN_INTERVAL_LEVEL)
             .map(|(lo, hi)| [lo, hi]),
-        median_cpu_ratio: median_or_nan(&cpu_ratios),
+        median_cpu_ratio: median(&mut cpu_ratios.clone()),
         cpu_ratios,
         glibc_cpu_s: p.glibc_cpu_s,
         vsched_cpu_s: p.vsched_cpu_s,
