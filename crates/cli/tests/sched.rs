@@ -125,6 +125,9 @@ fn sched_idle_work_bound_to_a_busy_vcpu_is_not_starved_into_an_ejection() {
     assert!(text.contains("status 0"), "the program's status: {text}");
     let summary = summary_after(text, "status 0");
     assert!(summary["ejected"].is_null(), "{summary:#}");
+    // Without probers the summary says so: no rhythm, no light window.
+    assert_eq!(summary["tunables"]["probe_interval_ns"], 0, "{summary:#}");
+    assert_eq!(summary["tunables"]["light_window_ns"], 0, "{summary:#}");
     let elapsed = summary["seconds"].as_f64().unwrap();
     assert!(
         elapsed > 5.0,
@@ -279,6 +282,25 @@ fn rwc_keeps_normal_tasks_off_the_vcpu_it_hides() {
         hidden == [1] || hidden == [2],
         "RWC hides one vCPU of the stacked pair 1-2, nothing else: {hidden:?}\n{with}"
     );
+    // The stacking reaches the model as each vCPU's mates, listed; the
+    // summary names the probers' default rhythm and light window.
+    let mates: Vec<Value> = summary["model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["stack_mates"].clone())
+        .collect();
+    assert_eq!(
+        mates,
+        [
+            serde_json::json!([]),
+            serde_json::json!([2]),
+            serde_json::json!([1])
+        ],
+        "{with}"
+    );
+    assert_eq!(summary["tunables"]["probe_interval_ns"], 1_000_000_000u64);
+    assert_eq!(summary["tunables"]["light_window_ns"], 100_000_000u64);
     let ticks = nice_ticks(with, "with-rwc");
     let hidden_cpu = hidden[0];
     let busiest = *ticks.iter().max().unwrap();
