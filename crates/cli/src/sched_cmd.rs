@@ -283,9 +283,12 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         // The probers notice the closed channel after their current step.
         let _ = p.join();
     }
-    let probe_ns = |d: Duration| match args.no_probe {
-        true => 0,
-        false => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+    let probe_ns = |d: Duration| {
+        if args.no_probe {
+            0
+        } else {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        }
     };
     let summary = Summary {
         schema: "vsched.sched-summary/v2",

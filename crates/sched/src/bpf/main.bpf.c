@@ -329,6 +329,14 @@ static bool running_idle_policy(s32 cpu)
 	return l && l->curr_pid && l->curr_idle_policy;
 }
 
+/* Whether `cpu` runs a normal (not SCHED_IDLE) task now. */
+static bool running_normal(s32 cpu)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	return l && l->curr_pid && !l->curr_idle_policy;
+}
+
 /* Whether `cpu` runs only SCHED_IDLE work now, with nothing queued for it. */
 static bool runs_idle_policy(s32 cpu)
 {
@@ -476,12 +484,9 @@ static u64 running_normal_except(s32 except)
 	s32 cpu;
 
 	bpf_for(cpu, 0, nr_cpus) {
-		struct vcpu_live *l;
-
 		if (cpu >= VS_MAX_CPUS)
 			break;
-		if (cpu != except && (l = live_of(cpu)) && l->curr_pid &&
-		    !l->curr_idle_policy)
+		if (cpu != except && running_normal(cpu))
 			busy |= 1ULL << cpu;
 	}
 	return busy;
@@ -501,9 +506,9 @@ static bool host_shared_with(s32 cpu, u64 busy)
  * has a normal task of its own (VS_IVH_NO_SPARE; policy.h
  * vs_ivh_vcpu_to_spare): a visible vCPU other than `src`, not switched
  * off by the host (KVM) nor clearly weaker than `src` (policy.h
- * vs_ivh_target_ok), that is idle, the one idle longest; if none is, one that runs only SCHED_IDLE work. Among
- * idle ones, a vCPU whose host CPU runs no other normal task comes
- * first: a stacked mate running one would halve what the task gets (with
+ * vs_ivh_target_ok), that is idle, the one idle longest; if none is,
+ * one that runs only SCHED_IDLE work. Among idle ones, a vCPU whose host
+ * CPU runs no other normal task comes first: a stacked mate running one would halve what the task gets (with
  * two threads on two host CPUs of capped pairs, each thread should
  * alternate within its own pair; sending both to one host CPU left the
  * other idle).
@@ -535,6 +540,7 @@ static s32 ivh_target(s32 src)
 	 * vs_ivh_vcpu_to_spare); queued tasks may be SCHED_IDLE work on its
 	 * way to run, which errs towards not moving. */
 	u32 wanting = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL), nr_visible = 0;
+	bool vis;
 	s32 cpu;
 
 	idle = scx_bpf_get_idle_cpumask();
@@ -543,12 +549,13 @@ static s32 ivh_target(s32 src)
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
-		if ((l = live_of(cpu)) && l->curr_pid && !l->curr_idle_policy)
+		vis = visible(cpu);
+		if (running_normal(cpu))
 			wanting++;
 		wanting += scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
-		if (visible(cpu))
+		if (vis)
 			nr_visible++;
-		if (cpu == src || !visible(cpu) || host_preempted(cpu) ||
+		if (cpu == src || !vis || host_preempted(cpu) ||
 		    !vs_ivh_target_ok(score(src), score(cpu)))
 			continue;
 		if (!bpf_cpumask_test_cpu(cpu, idle)) {
