@@ -513,6 +513,10 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         counter(&summary, "ivh_abandoned_target") + counter(&summary, "ivh_abandoned_source");
     assert!(done >= 10, "IVH moved the thread: {summary:#}");
     assert!(
+        counter(&summary, "migrated") >= done,
+        "each move done starts the thread on another vCPU: {summary:#}"
+    );
+    assert!(
         done + abandoned <= attempted,
         "every move done or abandoned was attempted first: {summary:#}"
     );

@@ -50,6 +50,11 @@ pub const STATS: &[StatDef] = &[
         help: "normal tasks queued (no visible vCPU idle at once)",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_MIGRATED,
+        name: "migrated",
+        help: "normal tasks that started running on another vCPU than last time",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_IDLE,
         name: "queued_idle",
         help: "SCHED_IDLE tasks queued",

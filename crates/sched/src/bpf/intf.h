@@ -129,6 +129,9 @@ enum vs_stat {
 	VS_STAT_KEPT_RUNNING,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,
+	/* Normal tasks that started running on another vCPU than last time
+	 * (under TCG a CPU-bound thread's move costs it warm emulated TLBs). */
+	VS_STAT_MIGRATED,
 	VS_STAT_QUEUED_IDLE,
 	/* Tasks bound to one vCPU, dispatched to it directly. */
 	VS_STAT_PINNED,

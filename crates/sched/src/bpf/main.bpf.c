@@ -165,6 +165,8 @@ struct task_ctx {
 	u32 bvs_preempt;
 	/* SCHED_IDLE tasks: when it was last queued (the starvation guard). */
 	u64 idle_queued_ns;
+	/* The vCPU it last ran on, + 1 (0: not yet): counter `migrated`. */
+	u32 last_cpu_plus1;
 };
 
 struct {
@@ -1111,8 +1113,13 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	l->curr_pid = p->pid;
 	l->curr_idle_policy = is_idle_task(p);
 	l->curr_movable = p->nr_cpus_allowed == nr_cpus;
-	tc = bvs_enabled ? ctx_of(p) : NULL;
-	l->curr_short = tc && latency_sensitive(tc);
+	tc = ctx_of(p);
+	if (tc && !l->curr_idle_policy) {
+		if (tc->last_cpu_plus1 && tc->last_cpu_plus1 != cpu + 1)
+			count(VS_STAT_MIGRATED);
+		tc->last_cpu_plus1 = cpu + 1;
+	}
+	l->curr_short = bvs_enabled && tc && latency_sensitive(tc);
 	start_beating(cpu, l);
 }
 
