@@ -45,6 +45,11 @@ pub const STATS: &[StatDef] = &[
         help: "slice ends where no waiting task was owed the vCPU: the task stays",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_SLICE_RENEWED,
+        name: "slice_renewed",
+        help: "slices renewed at the tick instead of ending (nothing waited, no idle vCPU could take the task): it runs on without being queued again",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
         name: "queued_normal",
         help: "normal tasks queued (no visible vCPU idle at once)",
@@ -219,8 +224,8 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
-        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 0, 9, 0, 0, 0, 0]);
+        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 0, 0, 5, 0, 0, 0]);
+        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 0, 0, 9, 0, 0, 0]);
         let d = b.since(&a);
         assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
     }

@@ -127,6 +127,9 @@ enum vs_stat {
 	VS_STAT_MOVED_STRONGER,
 	/* Tasks whose slice ended and that no waiting task was owed: kept on their vCPU. */
 	VS_STAT_KEPT_RUNNING,
+	/* Slices renewed at the tick instead of ending: nothing waited and
+	 * no idle vCPU could take the task, so it would have been kept. */
+	VS_STAT_SLICE_RENEWED,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,
 	/* Normal tasks that started running on another vCPU than last time

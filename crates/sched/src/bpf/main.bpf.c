@@ -1164,6 +1164,32 @@ void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
 		tc->declared = bpf_map_lookup_elem(&latency_comms, comm) != NULL;
 }
 
+/*
+ * At the tick, a slice that ran out where its end could only keep the task
+ * (policy.h vs_renews_slice) is renewed here, charged as the slice end
+ * would have charged it. The kernel checks the slice right after ops.tick.
+ */
+static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
+				struct vcpu_live *l)
+{
+	struct task_ctx *tc;
+
+	if (!vs_renews_slice(p->scx.slice, !is_idle_task(p), visible(cpu),
+			     scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL) +
+				     scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu),
+			     idle_starving_on(cpu), find_best_idle(p, 0) >= 0,
+			     l->ivh_go_ns != 0))
+		return;
+	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
+					 vs_vtime_charge(slice_ns, p->scx.weight));
+	if (p->scx.dsq_vtime > vtime_now)
+		vtime_now = p->scx.dsq_vtime;
+	if ((tc = ctx_of(p)))
+		tc->run_this_wake_ns += slice_ns;
+	scx_bpf_task_set_slice(p, slice_ns);
+	count(VS_STAT_SLICE_RENEWED);
+}
+
 void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 {
 	s32 cpu = bpf_get_smp_processor_id();
@@ -1176,6 +1202,7 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 	beat(cpu);
 	if (ivh_at_tick)
 		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
+	renew_slice_if_kept(p, cpu, l);
 }
 
 /* A vCPU goes idle (halts) or leaves idle: its beats stop or start. */

@@ -87,6 +87,24 @@ static inline int vs_keeps_vcpu(u64 task_vtime, u64 head_vtime)
 }
 
 /*
+ * Whether a task whose slice ran out at the tick runs on with a new slice
+ * instead of going through the slice end (stopping, enqueue, running):
+ * only when that end could only keep it, as nothing waits for its vCPU
+ * (woken tasks, its local queue, starving SCHED_IDLE work), no idle vCPU
+ * could take it and no IVH move is pending. Every slice end cost the task
+ * about 5% of its time in the IVH layout (four CPU-bound threads on four
+ * capped vCPUs, 3 ms slices ending at every 4 ms tick under TCG: thread
+ * CPU time 0.95 of wall time against 0.99 under the kernel's default).
+ */
+static inline int vs_renews_slice(u64 slice_left, int normal_task, int visible,
+				  u64 waiting, int idle_starving, int idle_vcpu,
+				  int ivh_pending)
+{
+	return slice_left == 0 && normal_task && visible && waiting == 0 &&
+	       !idle_starving && !idle_vcpu && !ivh_pending;
+}
+
+/*
  * Moving average with weight 1/8 for the new sample: a vCPU's rhythm
  * (active stretch, episode) shows within a handful of its periods, and
  * one odd stretch moves the average by an eighth only. Starts at the

@@ -144,6 +144,17 @@ int main(void)
 	CHECK(vs_keeps_vcpu(99, 100));
 	CHECK(!vs_keeps_vcpu(101, 100));
 
+	/* A slice is renewed at the tick only where its end could only keep
+	 * the task. */
+	CHECK(vs_renews_slice(0, 1, 1, 0, 0, 0, 0));
+	CHECK(!vs_renews_slice(1, 1, 1, 0, 0, 0, 0)); /* slice left: no end */
+	CHECK(!vs_renews_slice(0, 0, 1, 0, 0, 0, 0)); /* SCHED_IDLE work */
+	CHECK(!vs_renews_slice(0, 1, 0, 0, 0, 0, 0)); /* hidden: must move */
+	CHECK(!vs_renews_slice(0, 1, 1, 1, 0, 0, 0)); /* a task waits */
+	CHECK(!vs_renews_slice(0, 1, 1, 0, 1, 0, 0)); /* starving idle work */
+	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 1, 0)); /* an idle vCPU */
+	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 0, 1)); /* IVH move pending */
+
 	/* Moving average: starts at the first sample, then moves by 1/8. */
 	CHECK(vs_ewma(0, 800) == 800);
 	CHECK(vs_ewma(800, 1600) == 900);
