@@ -47,7 +47,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_SLICE_RENEWED,
         name: "slice_renewed",
-        help: "slices renewed at the tick instead of ending (nothing waited, no idle vCPU could take the task): it runs on without being queued again",
+        help: "slices renewed at the tick instead of ending (nothing waited, normal or SCHED_IDLE, and no visible vCPU the task may use was idle): it runs on without being queued again",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
@@ -224,8 +224,16 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let a = Stats::from_totals(&[1, 2, 0, 0, 0, 0, 0, 5, 0, 0, 0]);
-        let b = Stats::from_totals(&[4, 2, 1, 0, 0, 0, 0, 9, 0, 0, 0]);
+        // Totals by counter index, as the BPF side keeps them.
+        let totals = |wake_prev: u64, wake_best: u64, queued: u64| {
+            let mut t = vec![0; NR_STATS as usize];
+            t[s::vs_stat_VS_STAT_WAKE_PREV as usize] = wake_prev;
+            t[s::vs_stat_VS_STAT_WAKE_BEST as usize] = wake_best;
+            t[s::vs_stat_VS_STAT_QUEUED_NORMAL as usize] = queued;
+            t
+        };
+        let a = Stats::from_totals(&totals(1, 2, 5));
+        let b = Stats::from_totals(&totals(4, 2, 9));
         let d = b.since(&a);
         assert_eq!((d.get("wake_prev"), d.get("queued_normal")), (3, 4));
     }

@@ -127,13 +127,14 @@ enum vs_stat {
 	VS_STAT_MOVED_STRONGER,
 	/* Tasks whose slice ended and that no waiting task was owed: kept on their vCPU. */
 	VS_STAT_KEPT_RUNNING,
-	/* Slices renewed at the tick instead of ending: nothing waited and
-	 * no idle vCPU could take the task, so it would have been kept. */
+	/* Slices renewed at the tick instead of ending: nothing waited (no
+	 * normal task, no SCHED_IDLE work) and no visible vCPU the task may
+	 * use was idle, so the end would have kept it. */
 	VS_STAT_SLICE_RENEWED,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,
 	/* Normal tasks that started running on another vCPU than last time
-	 * (under TCG a CPU-bound thread's move costs it warm emulated TLBs). */
+	 * (not counted by the FIFO reference scheduler). */
 	VS_STAT_MIGRATED,
 	VS_STAT_QUEUED_IDLE,
 	/* Tasks bound to one vCPU, dispatched to it directly. */

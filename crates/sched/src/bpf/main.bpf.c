@@ -1168,17 +1168,27 @@ void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
  * At the tick, a slice that ran out where its end could only keep the task
  * (policy.h vs_renews_slice) is renewed here, charged as the slice end
  * would have charged it. The kernel checks the slice right after ops.tick.
+ * The cheap tests first: this runs at every tick.
  */
 static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 				struct vcpu_live *l)
 {
 	struct task_ctx *tc;
+	u64 waiting;
 
-	if (!vs_renews_slice(p->scx.slice, !is_idle_task(p), visible(cpu),
-			     scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL) +
-				     scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu),
-			     idle_starving_on(cpu), find_best_idle(p, 0) >= 0,
-			     l->ivh_go_ns != 0))
+	if (p->scx.slice || is_idle_task(p) || !visible(cpu))
+		return;
+	/* SCHED_IDLE work waiting counts: the slice end would let it run
+	 * (dispatch pulls it before the expired task is queued again). */
+	waiting = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL) +
+		  scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) +
+		  scx_bpf_dsq_nr_queued(VS_DSQ_IDLE_PINNED + cpu) +
+		  scx_bpf_dsq_nr_queued(VS_DSQ_IDLE);
+	if (!vs_renews_slice(p->scx.slice, 1, 1, waiting, idle_starving_on(cpu),
+			     find_best_idle(p, 0) >= 0,
+			     l->ivh_go_ns && l->ivh_go_pid == p->pid))
+		return;
+	if (!scx_bpf_task_set_slice(p, slice_ns))
 		return;
 	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
 					 vs_vtime_charge(slice_ns, p->scx.weight));
@@ -1186,7 +1196,6 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 		vtime_now = p->scx.dsq_vtime;
 	if ((tc = ctx_of(p)))
 		tc->run_this_wake_ns += slice_ns;
-	scx_bpf_task_set_slice(p, slice_ns);
 	count(VS_STAT_SLICE_RENEWED);
 }
 
