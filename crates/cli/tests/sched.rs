@@ -100,6 +100,39 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
     assert!(text.contains("@after disabled"), "unloaded: {text}");
 }
 
+/// A slice that runs out where its end could only keep the task is renewed
+/// at the tick (policy.h `vs_renews_slice`): with a CPU-bound thread on
+/// each vCPU nothing else waits and no vCPU is idle; with one thread the
+/// other vCPU is idle, so the slice ends as before (the task is kept).
+#[test]
+fn slices_are_renewed_at_the_tick_only_where_no_vcpu_is_idle() {
+    let _guard = common::serial();
+    // About 0.6 s per thread under TCG, ~150 ticks at HZ=250. No probers:
+    // their light windows would wait for the vCPUs and end slices.
+    let run = |threads: u32, marker: &str| {
+        format!(
+            "vsched sched -q --no-probe --stats-json /tmp/{marker}.json --              schedbench cpu {threads} 400000000; echo {marker}; cat /tmp/{marker}.json"
+        )
+    };
+    let guest = layout_with_schedbench("sched/two-free");
+    let out = run_in_guest(&guest, &[&run(2, "two-threads"), &run(1, "one-thread")]);
+    let two = summary_after(&out[0].1, "two-threads");
+    let one = summary_after(&out[1].1, "one-thread");
+    let renewed_two = counter(&two, "slice_renewed");
+    assert!(
+        renewed_two >= 50,
+        "two threads on two vCPUs run on at the tick: {two:#}"
+    );
+    assert!(
+        counter(&one, "slice_renewed") * 5 < renewed_two,
+        "one thread beside an idle vCPU is not renewed: {one:#}"
+    );
+    assert!(
+        counter(&one, "kept_running") >= 20,
+        "its slices end and it is kept: {one:#}"
+    );
+}
+
 /// Regression: a vCPU kept busy by normal work (here two CPU-bound threads
 /// bound to it; in the adaptability benchmark, everything after RWC hid
 /// its stacked sibling) never ran the SCHED_IDLE task waiting for it, and
