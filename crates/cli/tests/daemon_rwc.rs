@@ -164,7 +164,10 @@ fn rwc_keeps_a_cgroup_off_hidden_vcpus_and_puts_its_cpuset_back() {
 
 /// The same on cgroup v1: a cpuset hierarchy mounted in the guest, a
 /// child cpuset holding every CPU; the daemon narrows it and SIGTERM puts
-/// the list back.
+/// the list back. The script waits (up to 30 s) for the list RWC settles
+/// on, vCPU 0 and one of the stacked pair: once, in a clean-clone suite
+/// run, a busy host made the pair's kept vCPU read as a straggler in the
+/// first model (RWC hid vCPUs 1-3), and the test took that first list.
 const SCRIPT_V1: &str = r#"
 mount -t tmpfs none /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpuset
 mount -t cgroup -o cpuset cpuset /sys/fs/cgroup/cpuset
@@ -173,7 +176,7 @@ mkdir $G && cat /sys/fs/cgroup/cpuset/cpuset.cpus > $G/cpuset.cpus && cat /sys/f
 ALL=$(cat $G/cpuset.cpus)
 echo "@v1-before cpus=[$ALL]"
 vsched daemon --rwc-cgroup $G 2>/tmp/v1.log & D=$!
-for i in $(seq 300); do c=$(cat $G/cpuset.cpus); [ "$c" != "$ALL" ] && ! echo "$c" | grep -q 3 && break; sleep 0.1; done
+for i in $(seq 300); do c=$(cat $G/cpuset.cpus); [ "$c" = 0-1 ] || [ "$c" = 0,2 ] && break; sleep 0.1; done
 sh -c "echo \$\$ > $G/tasks && exec sleep 60" & W=$!
 sleep 0.3
 echo "@v1-during cpus=[$(cat $G/cpuset.cpus)] allowed=[$(grep Cpus_allowed_list /proc/$W/status | cut -f2)]"
