@@ -387,7 +387,7 @@ fn bench_sched_runs_every_variant_of_a_scenario() {
     );
     assert!(
         variants.iter().all(|v| v.1.is_finite() && v.1 > 0.0),
-        "every variant has a time: {stdout}"
+        "every variant has a time: {stdout}\n{stderr}"
     );
     assert!(
         r[0]["last_vsched_summary"]["model"]

@@ -220,6 +220,7 @@ impl Guests<'_> {
             .first()
             .ok_or_else(|| BenchError::Scenario("the guest ran no command".into()))?;
         let (lines, summary) = parse_results(&cmd.output);
+        print_unmeasured(self.scenario.name, &cmd.output);
         if lines.is_empty() {
             return Err(BenchError::Scenario(format!(
                 "the guest's runs gave no result:\n{}",
@@ -231,6 +232,40 @@ impl Guests<'_> {
         self.accel = ran.accel.clone();
         Ok(())
     }
+}
+
+/// Relays why a run was not measured, so that a missing value is
+/// explained where the user looks.
+fn print_unmeasured(scenario: &str, output: &str) {
+    for line in unmeasured_report(output) {
+        eprintln!("{scenario}: {line}");
+    }
+}
+
+/// The guest script's "not measured" lines, each with the wait that failed
+/// just before it and the loader's last lines after it (the script prints
+/// five), indented.
+fn unmeasured_report(output: &str) -> Vec<String> {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut report = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains(": not measured, ") {
+            continue;
+        }
+        report.push(line.to_string());
+        let before = i.checked_sub(1).map(|j| lines[j]);
+        let why =
+            before.filter(|l| l.starts_with("sched_ext did not") || l.starts_with("no model"));
+        // The loader's lines end where the script's own markers resume.
+        let loader = lines[i + 1..]
+            .iter()
+            .take(5)
+            .take_while(|l| !l.starts_with("@@"));
+        for l in why.into_iter().chain(loader.copied()) {
+            report.push(format!("    | {l}"));
+        }
+    }
+    report
 }
 
 /// What a guest's panic says about itself: the kernel's reason and the
@@ -377,6 +412,24 @@ fn host_cpus() -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_not_measured_is_explained_with_the_failed_wait_and_the_loader_lines() {
+        let output = "@@run default 0 elapsed_s 0.8\n\
+                      sched_ext did not become enabled within 30 s (state: enabling)\n\
+                      vsched 0: not measured, the scheduler was not ready; vsched sched said:\n\
+                      loader line\n\
+                      @@summary {}\n";
+        assert_eq!(
+            unmeasured_report(output),
+            [
+                "vsched 0: not measured, the scheduler was not ready; vsched sched said:",
+                "    | sched_ext did not become enabled within 30 s (state: enabling)",
+                "    | loader line",
+            ]
+        );
+        assert!(unmeasured_report("@@run default 0 elapsed_s 0.8\n").is_empty());
+    }
 
     #[test]
     fn a_guest_panic_is_told_by_its_reason_and_instruction() {
