@@ -1095,6 +1095,14 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 	scx_bpf_dsq_move_to_local(VS_DSQ_IDLE, 0);
 }
 
+/* Charges `p` for `used` ns of running, in weighted virtual time: at a
+ * slice end (stopping) and where the tick renews the slice instead. */
+static void charge_vtime(struct task_struct *p, u64 used)
+{
+	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
+					 vs_vtime_charge(used, p->scx.weight));
+}
+
 void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
@@ -1129,8 +1137,7 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	struct task_ctx *tc;
 	struct vcpu_live *l;
 
-	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
-					 vs_vtime_charge(used, p->scx.weight));
+	charge_vtime(p, used);
 	if (reference_fifo)
 		return;
 	if (!runnable && (l = live_of(scx_bpf_task_cpu(p))))
@@ -1184,14 +1191,14 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 		  scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) +
 		  scx_bpf_dsq_nr_queued(VS_DSQ_IDLE_PINNED + cpu) +
 		  scx_bpf_dsq_nr_queued(VS_DSQ_IDLE);
+	/* A normal task on a visible vCPU, as checked above. */
 	if (!vs_renews_slice(p->scx.slice, 1, 1, waiting, idle_starving_on(cpu),
 			     find_best_idle(p, 0) >= 0,
 			     l->ivh_go_ns && l->ivh_go_pid == p->pid))
 		return;
 	if (!scx_bpf_task_set_slice(p, slice_ns))
 		return;
-	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime +
-					 vs_vtime_charge(slice_ns, p->scx.weight));
+	charge_vtime(p, slice_ns);
 	if (p->scx.dsq_vtime > vtime_now)
 		vtime_now = p->scx.dsq_vtime;
 	if ((tc = ctx_of(p)))
