@@ -160,8 +160,12 @@ pub fn report(r: &ProbeReport) -> String {
     if let Some(o) = r.overhead {
         let _ = write!(
             out,
-            "; probing cost so far: {:.2}% of one vCPU (+{:.1}% idle-cycle spinning)",
-            o.heavy_and_bookkeeping_pct_of_one_vcpu, o.light_pct_of_one_vcpu
+            "; probing cost so far: {:.2}% of one vCPU (heavy windows {:.2}%, topology {:.2}%; \
+             +{:.1}% idle-cycle spinning)",
+            o.heavy_and_bookkeeping_pct_of_one_vcpu,
+            o.heavy_pct_of_one_vcpu,
+            o.topology_pct_of_one_vcpu,
+            o.light_pct_of_one_vcpu
         );
     }
     out.push('\n');

@@ -133,6 +133,9 @@ struct Summary {
     model_updates: u64,
     /// The last model written (per vCPU), if the probers ran.
     model: Vec<vsched_sched::VcpuModel>,
+    /// What the probers cost so far (CPU as a share of one vCPU), from
+    /// their last report: what a busy VM gave up to them.
+    probe_overhead: Option<vsched_model::report::Overhead>,
     /// Why the kernel ejected the scheduler, if it did.
     ejected: Option<vsched_sched::ExitInfo>,
     program_exit_code: Option<i32>,
@@ -224,6 +227,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
 
     let mut model_updates = 0u64;
     let mut last_model = Vec::new();
+    let mut probe_overhead = None;
     let mut last_print = Instant::now();
     let mut printed = sched.stats()?;
     let mut program_exit_code = None;
@@ -232,6 +236,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             break Some(info);
         }
         while let Ok(report) = reports.try_recv() {
+            probe_overhead = report.overhead;
             let new_model = model::from_report(&report, tunables.rwc);
             sched.update_model(&new_model)?;
             model_updates += 1;
@@ -312,6 +317,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         counters: totals.to_json_map(),
         model_updates,
         model: last_model,
+        probe_overhead,
         ejected: ejected.clone(),
         program_exit_code,
     };
@@ -444,6 +450,16 @@ fn print_summary(s: &Summary, totals: &Stats) {
         );
     }
     eprintln!("  {:>10}  model updates", s.model_updates);
+    if let Some(o) = &s.probe_overhead {
+        eprintln!(
+            "  probers: {:.2}% of one vCPU outside the light windows (heavy windows {:.2}%, topology {:.2}%), \
+             {:.1}% in SCHED_IDLE light windows",
+            o.heavy_and_bookkeeping_pct_of_one_vcpu,
+            o.heavy_pct_of_one_vcpu,
+            o.topology_pct_of_one_vcpu,
+            o.light_pct_of_one_vcpu
+        );
+    }
     for m in &s.model {
         let why = match (m.visibility.straggler, m.visibility.stacked) {
             (true, _) => "hidden (straggler)",

@@ -319,6 +319,7 @@ mod tests {
                 elapsed_s: 10.0,
                 light_pct_of_one_vcpu: 0.5,
                 heavy_and_bookkeeping_pct_of_one_vcpu: 0.25,
+                ..Overhead::default()
             }),
             1_700_000_000_000,
         );

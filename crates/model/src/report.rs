@@ -37,6 +37,21 @@ pub struct Overhead {
     pub light_pct_of_one_vcpu: f64,
     /// Everything else: heavy phases, topology checks, bookkeeping, output.
     pub heavy_and_bookkeeping_pct_of_one_vcpu: f64,
+    /// Of that: the heavy windows (every vCPU at high priority)...
+    #[serde(default)]
+    pub heavy_pct_of_one_vcpu: f64,
+    /// ...and the topology probes and checks (the vCPUs of each pair
+    /// probed, at high priority). What is left is bookkeeping.
+    #[serde(default)]
+    pub topology_pct_of_one_vcpu: f64,
+    /// Steps so far, and how many of them ran heavy windows and topology
+    /// probes or checks.
+    #[serde(default)]
+    pub steps: u64,
+    #[serde(default)]
+    pub heavy_steps: u64,
+    #[serde(default)]
+    pub topology_steps: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

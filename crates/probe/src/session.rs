@@ -61,6 +61,16 @@ pub struct Session {
     light_policy: String,
     heavy_policy: String,
     light_cpu_ns: u64,
+    /// CPU of the heavy windows and of the topology probes, for
+    /// [`Session::overhead`]'s split of the high-priority part.
+    heavy_cpu_ns: u64,
+    topology_cpu_ns: u64,
+    heavy_steps: u64,
+    topology_steps: u64,
+    /// The process's CPU when the session began: what a command did
+    /// before (loading a BPF scheduler, whose verifier runs in this
+    /// process) is not the probers' cost.
+    cpu_at_start: u64,
     pub last_raw: RawStep,
 }
 
@@ -81,6 +91,11 @@ impl Session {
             light_policy: String::new(),
             heavy_policy: String::new(),
             light_cpu_ns: 0,
+            heavy_cpu_ns: 0,
+            topology_cpu_ns: 0,
+            heavy_steps: 0,
+            topology_steps: 0,
+            cpu_at_start: clock::process_cpu_ns(),
             last_raw: RawStep::default(),
         }
     }
@@ -128,6 +143,7 @@ impl Session {
                 ..self.opts.sample
             };
             let t = Instant::now();
+            let cpu_before = clock::process_cpu_ns();
             let vcap_progress = progress.map(|p| move |f| p("capacity/activity", f));
             let round = vcap::sample(
                 &self.opts.cpus,
@@ -143,6 +159,11 @@ impl Session {
                 self.heavy_policy = round.heavy_policy.clone();
             }
             self.light_cpu_ns += round.light_cpu_ns;
+            // The round's CPU beyond its light window is the heavy one's
+            // (the light spinning is counted by the probers themselves).
+            let round_cpu = clock::process_cpu_ns().saturating_sub(cpu_before);
+            self.heavy_cpu_ns += round_cpu.saturating_sub(round.light_cpu_ns);
+            self.heavy_steps += u64::from(plan.heavy);
             warnings.extend(round.warnings.iter().cloned());
             self.last_raw = RawStep {
                 light: round.light,
@@ -152,12 +173,15 @@ impl Session {
 
         if self.opts.topology && plan.topology != TopologyStep::Skip {
             let t = Instant::now();
+            let cpu_before = clock::process_cpu_ns();
             self.probe_topology(plan.topology, &|what, f| {
                 if let Some(p) = progress {
                     p(what, f)
                 }
             });
             timing.topology_ms = ms(t);
+            self.topology_cpu_ns += clock::process_cpu_ns().saturating_sub(cpu_before);
+            self.topology_steps += 1;
         }
 
         self.sequence += 1;
@@ -259,13 +283,18 @@ impl Session {
     /// CPU spent since the session began, split into light-phase spinning and the rest.
     pub fn overhead(&self) -> Overhead {
         let elapsed_s = self.started.elapsed().as_secs_f64().max(1e-9);
-        let total_ns = clock::process_cpu_ns();
+        let total_ns = clock::process_cpu_ns().saturating_sub(self.cpu_at_start);
         let light = self.light_cpu_ns.min(total_ns);
         let pct = |ns: u64| (ns as f64 / 1e9 / elapsed_s * 100.0 * 1000.0).round() / 1000.0;
         Overhead {
             elapsed_s: (elapsed_s * 1000.0).round() / 1000.0,
             light_pct_of_one_vcpu: pct(light),
             heavy_and_bookkeeping_pct_of_one_vcpu: pct(total_ns - light),
+            heavy_pct_of_one_vcpu: pct(self.heavy_cpu_ns),
+            topology_pct_of_one_vcpu: pct(self.topology_cpu_ns),
+            steps: self.sequence,
+            heavy_steps: self.heavy_steps,
+            topology_steps: self.topology_steps,
         }
     }
 }

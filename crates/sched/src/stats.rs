@@ -47,7 +47,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_SLICE_RENEWED,
         name: "slice_renewed",
-        help: "slices renewed at the tick instead of ending (nothing waited, normal or SCHED_IDLE, and no visible vCPU the task may use was idle): it runs on without being queued again",
+        help: "slices renewed at the tick instead of ending (no normal task waited, SCHED_IDLE work that does not starve aside, and no visible vCPU the task may use was idle): it runs on without being queued again",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
@@ -82,7 +82,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_PREEMPTED_IDLE_POLICY,
         name: "preempted_idle_policy",
-        help: "waking normal tasks that pre-empted a vCPU running only SCHED_IDLE work",
+        help: "queued normal tasks (waking, or left waiting at a slice end) that pre-empted a vCPU running only SCHED_IDLE work",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BVS_IDLE,

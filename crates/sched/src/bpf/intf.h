@@ -127,9 +127,10 @@ enum vs_stat {
 	VS_STAT_MOVED_STRONGER,
 	/* Tasks whose slice ended and that no waiting task was owed: kept on their vCPU. */
 	VS_STAT_KEPT_RUNNING,
-	/* Slices renewed at the tick instead of ending: nothing waited (no
-	 * normal task, no SCHED_IDLE work) and no visible vCPU the task may
-	 * use was idle, so the end would have kept it. */
+	/* Slices renewed at the tick instead of ending: no normal task
+	 * waited (SCHED_IDLE work that does not starve does not count) and
+	 * no visible vCPU the task may use was idle, so the end would have
+	 * kept it. */
 	VS_STAT_SLICE_RENEWED,
 	/* Tasks queued because no visible vCPU was idle. */
 	VS_STAT_QUEUED_NORMAL,
@@ -143,8 +144,9 @@ enum vs_stat {
 	VS_STAT_KICKS,
 	/* Dispatches on a hidden vCPU that left normal tasks waiting. */
 	VS_STAT_HIDDEN_SKIPS,
-	/* A waking normal task found no idle vCPU and pre-empted a vCPU
-	 * running only SCHED_IDLE work (as the kernel's default would). */
+	/* A queued normal task (waking, or left waiting at a slice end)
+	 * found no idle vCPU and pre-empted a vCPU running only SCHED_IDLE
+	 * work (as the kernel's default would). */
 	VS_STAT_PREEMPTED_IDLE_POLICY,
 	/* BVS: latency-sensitive wake-ups placed on a low-latency vCPU that
 	 * was idle; on a vCPU that ran only SCHED_IDLE work (pre-empted);

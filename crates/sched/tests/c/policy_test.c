@@ -150,7 +150,9 @@ int main(void)
 	CHECK(!vs_renews_slice(1, 1, 1, 0, 0, 0, 0)); /* slice left: no end */
 	CHECK(!vs_renews_slice(0, 0, 1, 0, 0, 0, 0)); /* SCHED_IDLE work */
 	CHECK(!vs_renews_slice(0, 1, 0, 0, 0, 0, 0)); /* hidden: must move */
-	CHECK(!vs_renews_slice(0, 1, 1, 1, 0, 0, 0)); /* a task waits */
+	CHECK(!vs_renews_slice(0, 1, 1, 1, 0, 0, 0)); /* a normal task waits */
+	/* SCHED_IDLE work that merely waits is not counted (its idle cycles
+	 * only; lab: sched_idle_work_gets_only_idle_cycles...): */
 	CHECK(!vs_renews_slice(0, 1, 1, 0, 1, 0, 0)); /* starving idle work */
 	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 1, 0)); /* an idle vCPU */
 	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 0, 1)); /* IVH move pending */
