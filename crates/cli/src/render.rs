@@ -160,7 +160,7 @@ pub fn report(r: &ProbeReport) -> String {
     if let Some(o) = r.overhead {
         let _ = write!(
             out,
-            "; probing cost so far: {:.2}% of one vCPU (heavy windows {:.2}%, topology {:.2}%; \
+            "; probing cost so far: {:.2}% of one vCPU (heavy windows and set-up {:.2}%, topology {:.2}%; \
              +{:.1}% idle-cycle spinning)",
             o.heavy_and_bookkeeping_pct_of_one_vcpu,
             o.heavy_pct_of_one_vcpu,

@@ -37,7 +37,9 @@ pub struct Overhead {
     pub light_pct_of_one_vcpu: f64,
     /// Everything else: heavy phases, topology checks, bookkeeping, output.
     pub heavy_and_bookkeeping_pct_of_one_vcpu: f64,
-    /// Of that: the heavy windows (every vCPU at high priority)...
+    /// Of that: the capacity rounds beyond their light spinning, which is
+    /// mostly the heavy windows (every vCPU at high priority), plus each
+    /// round's thread starts and set-up...
     #[serde(default)]
     pub heavy_pct_of_one_vcpu: f64,
     /// ...and the topology probes and checks (the vCPUs of each pair

@@ -102,7 +102,7 @@ static inline int vs_keeps_vcpu(u64 task_vtime, u64 head_vtime)
  * end dispatch handed the vCPU to the waiting SCHED_IDLE thread for a
  * slice, and four such threads spinning 100 ms a second (the probers'
  * light windows) got 1.25-1.3 s of CPU beside four CPU-bound threads in
- * 8 s, against 0.36-0.38 s under the default; the threads took 5-7%
+ * 8 s, against 0.36-0.43 s under the default; the threads took 5-8%
  * longer.
  */
 static inline int vs_renews_slice(u64 slice_left, int normal_task, int visible,
