@@ -158,15 +158,7 @@ pub fn report(r: &ProbeReport) -> String {
         r.timing.total_ms, r.timing.capacity_ms, r.timing.topology_ms
     );
     if let Some(o) = r.overhead {
-        let _ = write!(
-            out,
-            "; probing cost so far: {:.2}% of one vCPU (heavy windows and set-up {:.2}%, topology {:.2}%; \
-             +{:.1}% idle-cycle spinning)",
-            o.heavy_and_bookkeeping_pct_of_one_vcpu,
-            o.heavy_pct_of_one_vcpu,
-            o.topology_pct_of_one_vcpu,
-            o.light_pct_of_one_vcpu
-        );
+        let _ = write!(out, "; probing cost so far: {}", o.describe());
     }
     out.push('\n');
     out

@@ -451,14 +451,7 @@ fn print_summary(s: &Summary, totals: &Stats) {
     }
     eprintln!("  {:>10}  model updates", s.model_updates);
     if let Some(o) = &s.probe_overhead {
-        eprintln!(
-            "  probers: {:.2}% of one vCPU outside the light windows (heavy windows and set-up {:.2}%, topology {:.2}%), \
-             {:.1}% in SCHED_IDLE light windows",
-            o.heavy_and_bookkeeping_pct_of_one_vcpu,
-            o.heavy_pct_of_one_vcpu,
-            o.topology_pct_of_one_vcpu,
-            o.light_pct_of_one_vcpu
-        );
+        eprintln!("  probers: {}", o.describe());
     }
     for m in &s.model {
         let why = match (m.visibility.straggler, m.visibility.stacked) {

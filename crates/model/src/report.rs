@@ -56,6 +56,21 @@ pub struct Overhead {
     pub topology_steps: u64,
 }
 
+impl Overhead {
+    /// One line for people: the part that competes with the guest's work,
+    /// split, then the idle-cycle spinning.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:.2}% of one vCPU outside the light windows (heavy windows and set-up {:.2}%, \
+             topology {:.2}%), {:.1}% in SCHED_IDLE light windows",
+            self.heavy_and_bookkeeping_pct_of_one_vcpu,
+            self.heavy_pct_of_one_vcpu,
+            self.topology_pct_of_one_vcpu,
+            self.light_pct_of_one_vcpu
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub capacity: bool,

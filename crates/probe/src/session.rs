@@ -61,8 +61,9 @@ pub struct Session {
     light_policy: String,
     heavy_policy: String,
     light_cpu_ns: u64,
-    /// CPU of the heavy windows and of the topology probes, for
-    /// [`Session::overhead`]'s split of the high-priority part.
+    /// CPU of the capacity rounds beyond their light spinning (the heavy
+    /// windows and each round's set-up) and of the topology probes, and
+    /// how many steps ran each, for [`Session::overhead`]'s split.
     heavy_cpu_ns: u64,
     topology_cpu_ns: u64,
     heavy_steps: u64,
