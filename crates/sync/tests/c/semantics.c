@@ -2411,6 +2411,90 @@ static void cond_cancel_wait(void) { cond_cancel_case(0); }
 static void cond_cancel_timedwait(void) { cond_cancel_case(1); }
 static void cond_cancel_clockwait(void) { cond_cancel_case(2); }
 
+/* A thread that disabled cancellation is not cancelled inside a wait by a
+ * SIGCANCEL that arrives late. pthread_cancel decides to send the signal
+ * while its target waits with cancellation enabled, and may be preempted
+ * before sending it; by then the target may be in another wait with
+ * cancellation disabled. glibc 2.36's handler then checks only whether the
+ * target is in asynchronous mode, which a cancellable wait switches to, so
+ * a wait with cancellation disabled must not switch. Found by the stress
+ * test: a consumer died inside a quiet cond wait owning its mutex, and
+ * every thread stalled. The case sends the signal itself (SIGCANCEL is
+ * glibc's __SIGRTMIN, 32) after installing glibc's handler with one
+ * pthread_cancel. Cancellation must then act at the next cancellation
+ * point with cancellation enabled, and not before. */
+#define GLIBC_SIGCANCEL 32
+struct late_cancel {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    sem_t sem;
+    int use_sem;
+    atomic_int tid, waiting, past_wait;
+};
+static void *late_cancel_victim(void *p)
+{
+    struct late_cancel *s = p;
+    int old;
+    EXPECT(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old), 0);
+    atomic_store(&s->tid, gettid());
+    /* long enough for the signal to land while the thread sleeps in it */
+    struct timespec dl = rt_in(1500);
+    if (s->use_sem) {
+        atomic_store(&s->waiting, 1);
+        int rc = sem_timedwait(&s->sem, &dl); /* nobody posts */
+        CHECK(rc == -1 && (errno == ETIMEDOUT || errno == EINTR),
+              "sem_timedwait returned %d (errno %s)", rc, errname(errno));
+    } else {
+        EXPECT(pthread_mutex_lock(&s->m), 0);
+        atomic_store(&s->waiting, 1);
+        int rc = pthread_cond_timedwait(&s->c, &s->m, &dl); /* nobody signals */
+        CHECK(rc == ETIMEDOUT || rc == 0, "cond wait returned %s", errname(rc));
+        EXPECT(pthread_mutex_unlock(&s->m), 0);
+    }
+    atomic_store(&s->past_wait, 1);
+    EXPECT(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old), 0);
+    pthread_testcancel(); /* the late signal marked the thread cancelled */
+    return NULL;
+}
+static void *pause_forever(void *p)
+{
+    (void)p;
+    for (;;)
+        pause();
+    return NULL;
+}
+static void late_sigcancel_case(int use_sem)
+{
+    /* glibc installs its SIGCANCEL handler at the first pthread_cancel */
+    pthread_t dummy = spawn(pause_forever, NULL);
+    EXPECT(pthread_cancel(dummy), 0);
+    CHECK(join(dummy) == PTHREAD_CANCELED, "the dummy thread was not cancelled");
+
+    struct late_cancel s;
+    memset(&s, 0, sizeof s);
+    mutex_init_type(&s.m, PTHREAD_MUTEX_ERRORCHECK);
+    EXPECT(pthread_cond_init(&s.c, NULL), 0);
+    EXPECT_SEM(sem_init(&s.sem, 0, 0), 0);
+    s.use_sem = use_sem;
+    pthread_t t = spawn(late_cancel_victim, &s);
+    for (int i = 0; i < 3000 && !atomic_load(&s.waiting); i++)
+        sleep_ms(1);
+    CHECK(atomic_load(&s.waiting), "the victim did not start waiting");
+    sleep_ms(200); /* past spinning and yielding: asleep in the kernel */
+    CHECK(syscall(SYS_tgkill, getpid(), atomic_load(&s.tid), GLIBC_SIGCANCEL) == 0,
+          "tgkill: %s", strerror(errno));
+    void *r = join(t);
+    int past = atomic_load(&s.past_wait);
+    if (!past && !dlsym(RTLD_DEFAULT, "vsched_sync_version"))
+        skip_case("this glibc itself cancels a thread inside a wait with cancellation "
+                  "disabled when SIGCANCEL arrives late; vsched must not");
+    CHECK(past, "cancelled inside the %s with cancellation disabled",
+          use_sem ? "semaphore wait" : "cond wait");
+    CHECK(r == PTHREAD_CANCELED, "not cancelled at pthread_testcancel after the wait");
+}
+static void cond_wait_cancel_disabled_ignores_late_sigcancel(void) { late_sigcancel_case(0); }
+static void sem_wait_cancel_disabled_ignores_late_sigcancel(void) { late_sigcancel_case(1); }
+
 /* A waiter cancelled while a signal is in flight must not swallow it when
  * another waiter could take it (POSIX, pthread_cond_wait rationale). */
 static void token_cleanup(void *p)
@@ -4511,6 +4595,8 @@ static const struct tcase cases[] = {
     C(sem_cancel_wait),
     C(sem_cancel_timedwait),
     C(sem_cancel_clockwait),
+    C(cond_wait_cancel_disabled_ignores_late_sigcancel),
+    C(sem_wait_cancel_disabled_ignores_late_sigcancel),
     C(sem_timedwait_idle_sleeps_pinned),
     C(fork_child_uses_primitives),
     C(fork_from_secondary_thread),
