@@ -600,26 +600,41 @@ const IVH_ATTEMPTS: usize = 2;
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
-    let run = |flag: &str, marker: &str, work: u64| {
+    // The thread's work for `seconds` at the speed the calibration saw.
+    let run = |flag: &str, marker: &str, seconds: f64| {
         format!(
-            "vsched sched -q --no-rwc {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; \
-             sleep 6; echo {marker}; grep cpu /proc/stat; \
-             sh -c 'renice -n 5 -p $$ >/dev/null; exec schedbench cpu 1 {work}'; \
+            "work=$(awk -v s=$(cat /tmp/calibration_s) \
+               'BEGIN {{ printf \"%d\", {IVH_CALIBRATION_WORK} * {seconds} / s }}'); \
+             vsched sched -q --no-rwc {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; \
+             sleep 6; echo {marker} work $work; grep cpu /proc/stat; \
+             sh -c \"renice -n 5 -p \\$\\$ >/dev/null; exec schedbench cpu 1 $work\"; \
              grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json"
         )
     };
+    let calibrate = format!(
+        "schedbench cpu 1 {IVH_CALIBRATION_WORK} | awk '/^elapsed_s/ {{ print $2 }}' \
+         > /tmp/calibration_s; echo calibration_s $(cat /tmp/calibration_s)"
+    );
     let guest = layout_with_schedbench("sched/bench-ivh");
     for attempt in 1..=IVH_ATTEMPTS {
         let out = run_in_guest(
             &guest,
             &[
-                &run("", "with-ivh", 400_000_000),
-                &run("--no-ivh", "without-ivh", 400_000_000),
-                // Long enough (2.5 s or so) to pass through two light windows.
-                &run("--ivh-beats-only", "beats-only", 1_200_000_000),
+                &calibrate,
+                &run("", "with-ivh", IVH_SHORT_THREAD_S),
+                &run("--no-ivh", "without-ivh", IVH_SHORT_THREAD_S),
+                // Long enough to pass through two light windows.
+                &run("--ivh-beats-only", "beats-only", IVH_LONG_THREAD_S),
             ],
         );
-        let (share, control_share) = check_ivh_attempt(&out);
+        let out = &out[1..];
+        let (share, control_share) = check_ivh_attempt(out);
+        // Visible with --nocapture: the contrast this guest showed.
+        println!(
+            "ivh attempt {attempt}: busiest vCPU {:.0}% with IVH, {:.0}% without",
+            share * 100.0,
+            control_share * 100.0
+        );
         // The effect: with IVH the thread's time is clearly more spread.
         if share + IVH_MIN_SPREAD < control_share {
             return;
@@ -641,6 +656,20 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         );
     }
 }
+
+/// Work of the calibration run, a thread under the default scheduler in the
+/// same guest: the test threads' work is scaled to run a given time at its
+/// speed. Under TCG the host's speed varied threefold between sessions, and
+/// a fixed amount of work (400 million iterations) then ran 3.4 s instead of
+/// about 1.2 s: long enough for the probers' heavy windows to displace the
+/// control thread two to four times, spreading it as much as IVH did (its
+/// busiest vCPU 37-49%).
+const IVH_CALIBRATION_WORK: u64 = 100_000_000;
+/// The short threads' length at the default's speed: about what 400
+/// million iterations took when the contrast below was measured.
+const IVH_SHORT_THREAD_S: f64 = 1.2;
+/// The beats-only thread's length: through at least two light windows.
+const IVH_LONG_THREAD_S: f64 = 3.6;
 
 /// How much smaller the busiest vCPU's share of the thread's time must be
 /// with IVH than without: with IVH it is near an even quarter (seen

@@ -172,6 +172,7 @@ struct slot {
     atomic_llong last_ns;       /* CLOCK_MONOTONIC time of its last progress */
     const char *_Atomic last_op;
     pthread_t tid;
+    atomic_int ktid;            /* its kernel thread id, for the stall report */
     uint64_t rng;
 };
 static struct slot g_slots[MAX_SLOTS];
@@ -179,6 +180,7 @@ static int g_nslots;
 
 static void slot_begin(struct slot *s)
 {
+    atomic_store(&s->ktid, gettid());
     atomic_store(&s->last_ns, now_ns(CLOCK_MONOTONIC));
     atomic_store(&s->active, 1);
 }
@@ -196,16 +198,32 @@ static void progress(struct slot *s, const char *op)
 static atomic_int g_watchdog_stop;
 static int64_t g_start_ns;
 
+/* The shared mutexes' lock words and owners (defined after them, below). */
+static void dump_mutexes(void);
+
+/* Whether kernel thread `tid` is the main thread or a live worker. */
+static int thread_alive(int tid)
+{
+    if (tid == getpid())
+        return 1;
+    for (int i = 0; i < g_nslots; i++)
+        if (atomic_load(&g_slots[i].active) && atomic_load(&g_slots[i].ktid) == tid)
+            return 1;
+    return 0;
+}
+
 static void dump_slots(void)
 {
     int64_t now = now_ns(CLOCK_MONOTONIC);
     for (int i = 0; i < g_nslots; i++) {
         struct slot *s = &g_slots[i];
         const char *op = atomic_load(&s->last_op);
-        printf("#   thread %2d %-9s %s ops=%ld last_op=%s idle=%.2fs\n", i, s->role,
-               atomic_load(&s->active) ? "live" : "done", atomic_load(&s->ops), op ? op : "-",
+        printf("#   thread %2d %-9s %s tid=%d ops=%ld last_op=%s idle=%.2fs\n", i, s->role,
+               atomic_load(&s->active) ? "live" : "done", atomic_load(&s->ktid),
+               atomic_load(&s->ops), op ? op : "-",
                (double)(now - atomic_load(&s->last_ns)) / 1e9);
     }
+    dump_mutexes();
 }
 
 static void *watchdog_main(void *p)
@@ -770,6 +788,32 @@ static void op_quiet_timedwait(struct slot *s)
     rc = pthread_mutex_unlock(&W.quiet_m); /* errorcheck: EPERM if not re-held */
     if (rc != 0)
         die("timed_waits", "mutex not held after a timed cond wait (unlock: %s)", errname(rc));
+}
+
+/* glibc's mutex layout: the lock word, and the owner's kernel thread id
+ * (kept for errorcheck and recursive mutexes by glibc and vsched alike; a
+ * normal mutex's owner is kept by glibc only). An owner that is no live
+ * thread is how the stall of issue 15's CI run was found: a cancelled
+ * consumer had died owning quiet_m. */
+static void dump_mutex(const char *name, pthread_mutex_t *m)
+{
+    int word = __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED);
+    int owner = __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED);
+    printf("#   mutex %-9s word=%d owner=%d%s\n", name, word, owner,
+           owner && !thread_alive(owner) ? " (no live thread: died holding it?)" : "");
+}
+
+static void dump_mutexes(void)
+{
+    char name[16];
+    dump_mutex("queue", &Q.m);
+    dump_mutex("pingpong", &PP.m);
+    dump_mutex("quiet", &W.quiet_m);
+    dump_mutex("recursive", &W.rec);
+    for (int i = 0; i < NMUTEX; i++) {
+        snprintf(name, sizeof name, "counter%d", i);
+        dump_mutex(name, &W.m[i]);
+    }
 }
 
 /* One random operation on the shared primitives. */
