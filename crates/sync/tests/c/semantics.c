@@ -2476,9 +2476,7 @@ static void late_sigcancel_case(int use_sem)
     EXPECT_SEM(sem_init(&s.sem, 0, 0), 0);
     s.use_sem = use_sem;
     pthread_t t = spawn(late_cancel_victim, &s);
-    for (int i = 0; i < 3000 && !atomic_load(&s.waiting); i++)
-        sleep_ms(1);
-    CHECK(atomic_load(&s.waiting), "the victim did not start waiting");
+    CHECK(wait_flag(&s.waiting, 1, 3000), "the victim did not start waiting");
     sleep_ms(200); /* past spinning and yielding: asleep in the kernel */
     CHECK(syscall(SYS_tgkill, getpid(), atomic_load(&s.tid), GLIBC_SIGCANCEL) == 0,
           "tgkill: %s", strerror(errno));
