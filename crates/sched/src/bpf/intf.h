@@ -85,8 +85,11 @@ struct vcpu_live {
 	u64 active_mean_ns;
 	u64 inactive_mean_ns;
 	u64 active_low_ns;
-	/* Episodes the heartbeat saw. */
+	/* Episodes the heartbeat saw, and the inactive time they surely
+	 * took (policy.h's vs_beat): a task's wall-clock run on this vCPU
+	 * less what this grew by meanwhile is the time it really ran. */
 	u64 gaps;
+	u64 inactive_seen_ns;
 	/* The task running now: pid (0: none), since when, and what it is. */
 	u64 curr_since_ns;
 	u32 curr_pid;

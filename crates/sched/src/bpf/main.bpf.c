@@ -167,6 +167,9 @@ struct task_ctx {
 	u64 idle_queued_ns;
 	/* The vCPU it last ran on, + 1 (0: not yet): counter `migrated`. */
 	u32 last_cpu_plus1;
+	/* That vCPU's inactive_seen_ns when the task started running there:
+	 * its run's inactive part is what that grew by until it stopped. */
+	u64 inactive_mark_ns;
 };
 
 struct {
@@ -1133,6 +1136,8 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 			count(VS_STAT_MIGRATED);
 		tc->last_cpu_plus1 = cpu + 1;
 	}
+	if (tc)
+		tc->inactive_mark_ns = l->inactive_seen_ns;
 	l->curr_short = bvs_enabled && tc && latency_sensitive(tc);
 	start_beating(cpu, l);
 }
@@ -1146,12 +1151,16 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	charge_vtime(p, used);
 	if (reference_fifo)
 		return;
-	if (!runnable && (l = live_of(scx_bpf_task_cpu(p))))
+	l = live_of(scx_bpf_task_cpu(p));
+	if (!runnable && l)
 		l->curr_pid = 0;
 	tc = ctx_of(p);
 	if (!tc)
 		return;
-	tc->run_this_wake_ns += used;
+	/* BVS judges the time the task really ran, not its vCPU's gaps. */
+	tc->run_this_wake_ns += l ? vs_active_run(used, l->inactive_seen_ns -
+							  tc->inactive_mark_ns)
+				  : used;
 	if (!runnable) {
 		/* Going to sleep: one wake-up's worth of running, for BVS. */
 		tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);

@@ -41,12 +41,27 @@ static void beat_rhythm(void)
 	CHECK(l.active_mean_ns > 29 * MS / 10 && l.active_mean_ns <= 3 * MS);
 	CHECK(l.inactive_mean_ns >= 2 * MS && l.inactive_mean_ns < 21 * MS / 10);
 	CHECK(l.active_low_ns == 3 * MS);
+	/* Each 2 ms gap surely held 1.5 ms off: the vCPU may have run up to
+	 * the missed beat's due time, half a millisecond after the last. */
+	CHECK(l.inactive_seen_ns == 39 * 3 * MS / 2);
 
 	/* Beats closer than the threshold are no episode. */
 	struct vcpu_live steady = { 0 };
 	for (int b = 0; b < 100; b++)
 		CHECK(!vs_beat(&steady, 10 * MS + b * MS / 2, 1 * MS));
 	CHECK(steady.active_since_ns == 10 * MS && steady.active_mean_ns == 0);
+}
+
+/* A run's time less the inactive time its vCPU's heartbeat saw. */
+static void active_run(void)
+{
+	CHECK(vs_active_run(300000, 0) == 300000);
+	/* 1.3 ms of wall time across a 1 ms episode: 0.3 ms ran, short. */
+	CHECK(vs_active_run(1300000, 1 * MS) == 300000);
+	CHECK(vs_latency_sensitive(vs_short_share(0, 0, vs_active_run(1300000, 1 * MS)),
+				   VS_BVS_MIN_WAKES));
+	/* Never below zero (the episode began before this task ran). */
+	CHECK(vs_active_run(200000, 1 * MS) == 0);
 }
 
 static void fresh_and_stalling(void)
@@ -173,6 +188,7 @@ int main(void)
 	short_runs_interrupted_by_switch_offs();
 
 	beat_rhythm();
+	active_run();
 	fresh_and_stalling();
 
 	/* BVS ranks: low-latency first, then fresh far ones, then waits. */
