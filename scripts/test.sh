@@ -47,8 +47,11 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== tests"
 # Tests that cannot create their condition here (see common::skip) say so
 # in this file; it is listed at the end so that no skip goes unnoticed.
-export VSCHED_SKIP_LOG="$PWD/target/skipped-tests.txt"
-export VSCHED_NOTE_LOG="$PWD/target/noted-events.txt"
+# (In the build's target directory, which CARGO_TARGET_DIR may move.)
+logs="${CARGO_TARGET_DIR:-$PWD/target}"
+mkdir -p "$logs"
+export VSCHED_SKIP_LOG="$logs/skipped-tests.txt"
+export VSCHED_NOTE_LOG="$logs/noted-events.txt"
 rm -f "$VSCHED_SKIP_LOG" "$VSCHED_NOTE_LOG"
 # Integration tests serialise themselves (they probe the whole machine).
 cargo test --release --workspace --all-targets

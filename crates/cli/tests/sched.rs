@@ -26,6 +26,31 @@ fn summary_after(text: &str, marker: &str) -> Value {
     serde_json::from_str(&json[..end]).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// Shell that loads `vsched sched -q {flags}` in the background (its pid in
+/// `$s`, its summary to /tmp/`marker`.json, its messages to
+/// /tmp/`marker`.err) and waits for its first model, at most 30 s, then
+/// 2 s more for the heartbeat to learn the vCPUs' rhythms. A guest that
+/// gets no model says so, with the loader's last messages. (A fixed 6 s
+/// wait, about 4 s to the first model here, once ran a clean-clone
+/// suite's IVH test with no model at all: no IVH move, the cause unseen.)
+fn load_and_wait_for_model(flags: &str, marker: &str) -> String {
+    format!(
+        "vsched sched -q {flags} --stats-json /tmp/{marker}.json 2>/tmp/{marker}.err & s=$!; \
+         for i in $(seq 300); do grep -q 'model 1:' /tmp/{marker}.err && break; sleep 0.1; done; \
+         grep -q 'model 1:' /tmp/{marker}.err || {{ echo '{marker}: no model after 30 s'; \
+           tail -5 /tmp/{marker}.err; }}; sleep 2; "
+    )
+}
+
+/// Checks that the probers reached the scheduler (what RWC, BVS and IVH
+/// decide by); `text` is the guest command's output, shown if not.
+fn assert_model_came(summary: &Value, text: &str) {
+    assert!(
+        summary["model_updates"].as_u64().unwrap_or(0) >= 1,
+        "the probers gave the scheduler a model: {text}"
+    );
+}
+
 fn counter(summary: &Value, name: &str) -> u64 {
     summary["counters"][name]
         .as_u64()
@@ -364,10 +389,10 @@ fn rwc_keeps_normal_tasks_off_the_vcpu_it_hides() {
     // without it as the control that shows the condition is real.
     let run = |flag: &str, marker: &str| {
         format!(
-            "vsched sched -q {flag} --stats-json /tmp/{marker}.json & s=$!; sleep 6; \
-             echo {marker}; grep cpu /proc/stat; \
+            "{}echo {marker}; grep cpu /proc/stat; \
              for i in 1 2 3; do sh -c 'renice -n 5 -p $$ >/dev/null; while :; do :; done' & done; \
-             sleep 5; grep cpu /proc/stat; kill %2 %3 %4; kill $s; wait; cat /tmp/{marker}.json"
+             sleep 5; grep cpu /proc/stat; kill %2 %3 %4; kill $s; wait; cat /tmp/{marker}.json",
+            load_and_wait_for_model(flag, marker)
         )
     };
     let out = run_in_guest(
@@ -377,6 +402,7 @@ fn rwc_keeps_normal_tasks_off_the_vcpu_it_hides() {
     let (_, with) = &out[0];
     let json = &with[with.find("\n{").unwrap_or_else(|| panic!("{with}"))..];
     let summary: Value = serde_json::from_str(json).unwrap();
+    assert_model_came(&summary, with);
     let hidden: Vec<usize> = summary["model"]
         .as_array()
         .unwrap()
@@ -517,8 +543,9 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     let _guard = common::serial();
     let run = |flag: &str, marker: &str| {
         format!(
-            "vsched sched -q {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; sleep 6; \
-             echo {marker}; schedbench server 4 1500 100 3000; kill $s; wait; cat /tmp/{marker}.json"
+            "{}echo {marker}; schedbench server 4 1500 100 3000; kill $s; wait; \
+             cat /tmp/{marker}.json",
+            load_and_wait_for_model(flag, marker)
         )
     };
     let guest = layout_with_schedbench("sched/bench-bvs");
@@ -530,6 +557,7 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         let (_, with) = &out[0];
         let (_, without) = &out[1];
         let summary = summary_after(with, "with-bvs");
+        assert_model_came(&summary, with);
         // What must hold in every attempt: the model, BVS deciding, and no
         // BVS decision without BVS.
         let low: Vec<bool> = summary["model"]
@@ -612,10 +640,10 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         format!(
             "work=$(awk -v s=$(cat /tmp/calibration_s) \
                'BEGIN {{ printf \"%d\", {IVH_CALIBRATION_WORK} * {seconds} / s }}'); \
-             vsched sched -q --no-rwc {flag} --stats-json /tmp/{marker}.json 2>/dev/null & s=$!; \
-             sleep 6; echo {marker} work $work; grep cpu /proc/stat; \
+             {}echo {marker} work $work; grep cpu /proc/stat; \
              sh -c \"renice -n 5 -p \\$\\$ >/dev/null; exec schedbench cpu 1 $work\"; \
-             grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json"
+             grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json",
+            load_and_wait_for_model(&format!("--no-rwc {flag}"), marker)
         )
     };
     let calibrate = format!(
@@ -689,6 +717,7 @@ const IVH_MIN_SPREAD: f64 = 0.15;
 fn check_ivh_attempt(out: &[(Option<i64>, String)]) -> (f64, f64) {
     let (_, with) = &out[0];
     let summary = summary_after(with, "with-ivh");
+    assert_model_came(&summary, with);
     let done = counter(&summary, "ivh_done");
     let attempted = counter(&summary, "ivh_attempted");
     let abandoned =
@@ -717,6 +746,7 @@ fn check_ivh_attempt(out: &[(Option<i64>, String)]) -> (f64, f64) {
     );
     let (_, beats_only) = &out[2];
     let beats = summary_after(beats_only, "beats-only");
+    assert_model_came(&beats, beats_only);
     assert_eq!(counter(&beats, "ivh_at_tick"), 0, "{beats:#}");
     let beats_done = counter(&beats, "ivh_done");
     assert!(
