@@ -1142,6 +1142,23 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	start_beating(cpu, l);
 }
 
+/*
+ * Adds a run of `wall_ns` on `l`'s vCPU to the task's run since its
+ * wake-up, less the inactive time the vCPU's heartbeat saw since the
+ * task's mark (BVS judges the time the task really ran, not its vCPU's
+ * gaps), and moves the mark to now.
+ */
+static void add_run(struct task_ctx *tc, struct vcpu_live *l, u64 wall_ns)
+{
+	if (!l) {
+		tc->run_this_wake_ns += wall_ns;
+		return;
+	}
+	tc->run_this_wake_ns += vs_active_run(wall_ns, l->inactive_seen_ns -
+							   tc->inactive_mark_ns);
+	tc->inactive_mark_ns = l->inactive_seen_ns;
+}
+
 void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 {
 	u64 used = slice_ns > p->scx.slice ? slice_ns - p->scx.slice : 0;
@@ -1157,10 +1174,7 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	tc = ctx_of(p);
 	if (!tc)
 		return;
-	/* BVS judges the time the task really ran, not its vCPU's gaps. */
-	tc->run_this_wake_ns += l ? vs_active_run(used, l->inactive_seen_ns -
-							  tc->inactive_mark_ns)
-				  : used;
+	add_run(tc, l, used);
 	if (!runnable) {
 		/* Going to sleep: one wake-up's worth of running, for BVS. */
 		tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);
@@ -1217,7 +1231,7 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 	if (p->scx.dsq_vtime > vtime_now)
 		vtime_now = p->scx.dsq_vtime;
 	if ((tc = ctx_of(p)))
-		tc->run_this_wake_ns += slice_ns;
+		add_run(tc, l, slice_ns);
 	count(VS_STAT_SLICE_RENEWED);
 }
 

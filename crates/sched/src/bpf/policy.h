@@ -181,9 +181,9 @@ static inline u32 vs_short_share(u32 share, u32 wakes, u64 run_ns)
  * The part of a task's run of `wall_ns` (what the kernel charged: wall
  * time on the vCPU) that was not an inactive episode, given how much
  * inactive time the vCPU's heartbeat saw over that run. Without it, one
- * run across a host switch-off reads as milliseconds long, and a request
- * handler of a few hundred microseconds on a vCPU switched off every
- * millisecond read as long on a third of its wake-ups (lab BVS layout).
+ * run across a host switch-off reads as milliseconds long: in the lab's
+ * BVS layout (vCPU 0 off 1 ms of every 2), BVS put a median 77.6% of a
+ * request server's 100 us requests on vCPU 0, and 87.1% with it.
  */
 static inline u64 vs_active_run(u64 wall_ns, u64 inactive_seen_ns)
 {
