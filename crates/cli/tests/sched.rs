@@ -28,11 +28,14 @@ fn summary_after(text: &str, marker: &str) -> Value {
 
 /// Shell that loads `vsched sched -q {flags}` in the background (its pid in
 /// `$s`, its summary to /tmp/`marker`.json, its messages to
-/// /tmp/`marker`.err) and waits for its first model, at most 30 s, then
-/// 2 s more for the heartbeat to learn the vCPUs' rhythms. A guest that
-/// gets no model says so, with the loader's last messages. (A fixed 6 s
-/// wait, about 4 s to the first model here, once ran a clean-clone
-/// suite's IVH test with no model at all: no IVH move, the cause unseen.)
+/// /tmp/`marker`.err) and waits for its first model, then 2 s more for the
+/// heartbeat to learn the vCPUs' rhythms. The same signal as the
+/// benchmark's `wait_model` (crates/bench/src/sched/script.rs), but over
+/// loading too: at most 30 s, the benchmark's wait for sched_ext to be
+/// enabled (which has taken 13 s under TCG). A guest that gets no model
+/// says so, with the loader's last messages. (A fixed 6 s wait, about 4 s
+/// to the first model here, once ran a clean-clone suite's IVH test with
+/// no model at all: no IVH move, the cause unseen.)
 fn load_and_wait_for_model(flags: &str, marker: &str) -> String {
     format!(
         "vsched sched -q {flags} --stats-json /tmp/{marker}.json 2>/tmp/{marker}.err & s=$!; \
