@@ -105,6 +105,11 @@ pub const STATS: &[StatDef] = &[
         help: "BVS: latency-sensitive wake-ups no low-latency vCPU could take",
     },
     StatDef {
+        index: s::vs_stat_VS_STAT_BVS_BEHIND_DECLINED,
+        name: "bvs_behind_declined",
+        help: "BVS: waits behind a short task declined (another vCPU idle, the short task not the waker); placed the usual way",
+    },
+    StatDef {
         index: s::vs_stat_VS_STAT_IVH_ATTEMPTED,
         name: "ivh_attempted",
         help: "IVH: moves started (at a heartbeat off a vCPU about to be switched off, or at the tick to a rested vCPU)",

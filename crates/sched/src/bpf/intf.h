@@ -158,6 +158,10 @@ enum vs_stat {
 	VS_STAT_BVS_IDLE_POLICY,
 	VS_STAT_BVS_BEHIND_SHORT,
 	VS_STAT_BVS_NONE,
+	/* BVS: waits behind a short task declined because another vCPU was
+	 * idle and the short task was not the waker (policy.h
+	 * vs_bvs_keep_behind_short); the wake-up goes the usual way. */
+	VS_STAT_BVS_BEHIND_DECLINED,
 	/* IVH: migrations started, done, abandoned because the target
 	 * answered too late (dropped unanswered) or because the source was
 	 * switched off before it could let go. */

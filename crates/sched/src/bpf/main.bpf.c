@@ -390,6 +390,18 @@ static bool is_low_latency(s32 cpu)
  * pre-empting SCHED_IDLE work or queued behind the short task. -1 when
  * no vCPU ranks: the usual path decides.
  */
+/* Whether `cpu` is the vCPU running this code and the task on it is the
+ * current one (the waker, in select_cpu). */
+static bool runs_waker(s32 cpu)
+{
+	const struct vcpu_live *l;
+
+	if (cpu != (s32)bpf_get_smp_processor_id())
+		return false;
+	l = live_of(cpu);
+	return l && l->curr_pid == (u32)bpf_get_current_pid_tgid();
+}
+
 static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 {
 	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
@@ -397,6 +409,7 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 	u64 need = tc->avg_run_ns;
 	s32 found = -1;
 	int best = VS_BVS_NONE;
+	bool idle_elsewhere = false;
 	u32 i;
 
 	bpf_for(i, 0, nr_cpus) {
@@ -409,6 +422,7 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !visible(cpu))
 			continue;
 		is_idle = bpf_cpumask_test_cpu(cpu, idle) && !host_preempted(cpu);
+		idle_elsewhere |= is_idle;
 		rank = vs_bvs_rank(is_low_latency(cpu), is_idle,
 				   runs_idle_policy(cpu),
 				   fresh_active(cpu, now, need),
@@ -423,6 +437,11 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 	scx_bpf_put_idle_cpumask(idle);
 	if (found < 0) {
 		count(VS_STAT_BVS_NONE);
+		return -1;
+	}
+	if (best == VS_BVS_BEHIND_SHORT &&
+	    !vs_bvs_keep_behind_short(idle_elsewhere, runs_waker(found))) {
+		count(VS_STAT_BVS_BEHIND_DECLINED);
 		return -1;
 	}
 	if (best == VS_BVS_IDLE) {

@@ -206,6 +206,12 @@ int main(void)
 	 * as fresh, and far ones never. */
 	CHECK(vs_bvs_rank(1, 0, 1, 0, 0, 0) == VS_BVS_IDLE_POLICY_FRESH);
 	CHECK(vs_bvs_rank(0, 0, 1, 1, 0, 0) == VS_BVS_NONE);
+	/* Waiting behind a short task: always when no vCPU is idle; with
+	 * one idle, only behind the waker itself. */
+	CHECK(vs_bvs_keep_behind_short(0, 0));
+	CHECK(vs_bvs_keep_behind_short(0, 1));
+	CHECK(vs_bvs_keep_behind_short(1, 1));
+	CHECK(!vs_bvs_keep_behind_short(1, 0));
 
 	/* IVH's hand-shake: fresh within the limit, never when unstamped. */
 	CHECK(vs_handshake_fresh(1000, 1500, 500));
