@@ -381,15 +381,6 @@ static bool is_low_latency(s32 cpu)
 	return !m || m->capacity == 0 || (m->flags & VS_VCPU_LOW_LATENCY);
 }
 
-/*
- * BVS: a vCPU for a waking latency-sensitive task, by vs_bvs_rank
- * (policy.h) over the visible vCPUs it may use, first fit from its
- * previous vCPU (the first of the best rank found wins; the best rank
- * ends the search at once). An idle vCPU is claimed and the task
- * inserted; otherwise the task is marked for enqueue to put it there,
- * pre-empting SCHED_IDLE work or queued behind the short task. -1 when
- * no vCPU ranks: the usual path decides.
- */
 /* Whether `cpu` is the vCPU running this code and the task on it is the
  * current one (the waker, in select_cpu). */
 static bool runs_waker(s32 cpu)
@@ -402,6 +393,16 @@ static bool runs_waker(s32 cpu)
 	return l && l->curr_pid == (u32)bpf_get_current_pid_tgid();
 }
 
+/*
+ * BVS: a vCPU for a waking latency-sensitive task, by vs_bvs_rank
+ * (policy.h) over the visible vCPUs it may use, first fit from its
+ * previous vCPU (the first of the best rank found wins; the best rank
+ * ends the search at once). An idle vCPU is claimed and the task
+ * inserted; otherwise the task is marked for enqueue to put it there,
+ * pre-empting SCHED_IDLE work or queued behind the short task. -1 when
+ * no vCPU ranks, or when the best is a wait behind a short task that
+ * vs_bvs_keep_behind_short declines: the usual path decides.
+ */
 static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 {
 	const struct cpumask *idle = scx_bpf_get_idle_cpumask();
