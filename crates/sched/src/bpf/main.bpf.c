@@ -382,7 +382,9 @@ static bool is_low_latency(s32 cpu)
 }
 
 /* Whether `cpu` is the vCPU running this code and the task on it is the
- * current one (the waker, in select_cpu). */
+ * current one (the waker, in select_cpu). A wake-up from an interrupt
+ * reads the interrupted task as the waker: BVS then keeps the wait, as
+ * it did before vs_bvs_keep_behind_short. */
 static bool runs_waker(s32 cpu)
 {
 	const struct vcpu_live *l;
