@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --workspace --all-targets
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 
+# The VM lab's end-to-end tests boot real guests: QEMU 10 or newer (from
+# backports on Debian 12) and busybox.
+bash scripts/install-lab.sh
+
 need_apt=()
-# The VM lab's end-to-end tests boot real guests.
-command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
-[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_apt+=(busybox-static)
 # Real programs run under `vsched exec` (crates/cli/tests/real_programs.rs).
 for p in xz:xz-utils zstd:zstd pigz:pigz pbzip2:pbzip2 sqlite3:sqlite3; do
   command -v "${p%%:*}" >/dev/null 2>&1 || need_apt+=("${p#*:}")

@@ -8,6 +8,9 @@
 //!   and with `vsched run --spin-detect`).
 //! - `sync`: pthread micro-benchmarks under glibc and under `vsched exec`,
 //!   sized by calibration, with the project's goals.
+//! - `soak`: lab guests loading and unloading a scheduler around a mixed
+//!   workload, counting guest kernel panics per variant (the control, an
+//!   independent sched_ext scheduler, vsched and its ablations).
 //! - `compare`: alternating baseline and vsched runs (the machine's speed
 //!   drifts, so only alternating pairs compare fairly).
 //! - `cprogram`: the C programs (in `c/` beside this crate), compiled at
@@ -25,6 +28,7 @@ mod error;
 mod harness;
 pub mod real;
 pub mod sched;
+pub mod soak;
 pub mod spin;
 pub mod sync;
 pub mod zoo;

@@ -15,6 +15,8 @@ pub enum BenchCommand {
     Sync(crate::bench_sync::SyncBenchArgs),
     /// The kernel's default scheduler vs `vsched sched` in lab guests (RWC, capacity, overhead)
     Sched(crate::bench_sched::SchedBenchArgs),
+    /// Does a sched_ext scheduler crash the guest? Load/unload cycles in lab guests, panics counted per variant
+    Soak(crate::bench_soak::SoakBenchArgs),
     /// Real programs (xz, zstd, pigz, pbzip2, OpenMP, sqlite3, memcached, a mutex program): glibc vs `vsched exec`
     Real(crate::bench_real::RealBenchArgs),
 }
@@ -71,6 +73,7 @@ pub fn run(cmd: BenchCommand) -> Result<bool> {
             crate::bench_sync::run(args, &harness()?)
         }
         BenchCommand::Sched(args) => crate::bench_sched::run(args),
+        BenchCommand::Soak(args) => crate::bench_soak::run(args),
         BenchCommand::Real(args) => {
             args.check()?;
             crate::bench_real::run(args, &harness()?)

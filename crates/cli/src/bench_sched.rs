@@ -4,7 +4,6 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use vsched_bench::sched::{self, ScenarioResult, SCENARIOS};
-use vsched_lab::{Accel, LabOptions};
 
 #[derive(Args, Debug)]
 #[command(after_long_help = "\
@@ -84,6 +83,9 @@ pub struct SchedBenchArgs {
     /// adaptability timeline as sched-adaptability.svg
     #[arg(long, value_name = "DIR")]
     plot: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    emulator: crate::lab_args::EmulatorArgs,
 }
 
 pub fn run(args: SchedBenchArgs) -> Result<bool> {
@@ -101,11 +103,7 @@ pub fn run(args: SchedBenchArgs) -> Result<bool> {
             .with_context(|| format!("cannot create the plot directory {}", dir.display()))?;
     }
     crate::signals::catch();
-    let opts = LabOptions {
-        kernel: None,
-        accel: Accel::Auto,
-        vsched: std::env::current_exe().context("locating the vsched binary")?,
-    };
+    let opts = args.emulator.lab_options(None)?;
     let mut results = Vec::new();
     for s in SCENARIOS
         .iter()
@@ -221,8 +219,5 @@ fn print_table(r: &ScenarioResult) {
         None => "-",
     };
     println!("  goal: {goal}: {verdict}");
-    for p in &r.guest_panics {
-        println!("  note: the guest kernel panicked {p}; the scenario ran again");
-    }
     println!();
 }

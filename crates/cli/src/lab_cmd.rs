@@ -1,11 +1,12 @@
 //! `vsched lab`: boot guests whose vCPUs the host controls; score the probe.
 
+use crate::lab_args::EmulatorArgs;
 use crate::signals;
 use anyhow::{Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use vsched_lab::check::{self, CheckResult, Verdict};
-use vsched_lab::{Accel, LabOptions, Layout};
+use vsched_lab::{LabOptions, Layout};
 
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
@@ -13,16 +14,6 @@ pub enum LabCommand {
     Run(RunArgs),
     /// Run `vsched probe` in a guest for LAYOUT and score it against the layout's ground truth
     Check(CommonArgs),
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum AccelArg {
-    /// KVM if it boots the guest kernel here (remembered), else TCG
-    Auto,
-    /// QEMU's multi-threaded TCG: one host thread per vCPU, works anywhere
-    Tcg,
-    /// KVM only
-    Kvm,
 }
 
 #[derive(Args, Debug)]
@@ -43,9 +34,8 @@ pub struct CommonArgs {
     /// Guest kernel (bzImage) instead of the cached Debian cloud kernel
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
-    /// Accelerator
-    #[arg(long, value_enum, default_value = "auto")]
-    accel: AccelArg,
+    #[command(flatten)]
+    emulator: EmulatorArgs,
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
@@ -66,16 +56,7 @@ pub struct RunArgs {
 fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
     let host_cpus = vsched_probe::sys::online_cpus().context("reading the host's online CPUs")?;
     let layout = Layout::load(&common.layout, &host_cpus)?;
-    let opts = LabOptions {
-        kernel: common.kernel.clone(),
-        accel: match common.accel {
-            AccelArg::Auto => Accel::Auto,
-            AccelArg::Tcg => Accel::Tcg,
-            AccelArg::Kvm => Accel::Kvm,
-        },
-        vsched: std::env::current_exe()
-            .context("locating the vsched binary to put in the guest")?,
-    };
+    let opts = common.emulator.lab_options(common.kernel.clone())?;
     signals::catch();
     Ok((layout, opts))
 }

@@ -3,9 +3,11 @@
 mod bench_cmd;
 mod bench_real;
 mod bench_sched;
+mod bench_soak;
 mod bench_sync;
 mod daemon_cmd;
 mod exec_cmd;
+mod lab_args;
 mod lab_cmd;
 mod probe_cmd;
 mod probe_plot;
@@ -29,7 +31,7 @@ use std::process::ExitCode;
 an ordinary VM (no hypervisor help, no kernel module) so that programs can be placed and \
 synchronised accordingly."
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

@@ -35,6 +35,24 @@ pub enum LabError {
         tool: &'static str,
         install: &'static str,
     },
+    #[error("--qemu {}: no such file", path.display())]
+    NoQemuFile { path: PathBuf },
+    #[error("{} printed no version it could be told by (`--version` said {said:?})", qemu.display())]
+    QemuVersion { qemu: PathBuf, said: String },
+    /// The QEMU found is older than the lab accepts (its guests panic).
+    #[error("{} is QEMU {version}; the lab needs QEMU {min_major} or newer, because older QEMU crashes guests with sched_ext schedulers loaded (docs/lab.md, \"The emulator\"). {hint}", qemu.display())]
+    OldQemu {
+        qemu: PathBuf,
+        version: String,
+        min_major: u32,
+        hint: &'static str,
+    },
+    #[error("layout {layout} pins or caps vCPUs, which single-threaded TCG (one host thread for every vCPU) cannot do: use --accel tcg")]
+    SingleThreadedLayout { layout: String },
+    /// An extra binary named like a busybox applet that no shell function
+    /// can shadow (the name has characters a function name cannot).
+    #[error("extra binary {name} has the name of a busybox applet, which the guest's shell would run instead, and a name no shell function can take to win over it: rename the binary")]
+    ShadowedBinary { name: String },
     #[error("--kernel {}: no such file", path.display())]
     NoKernelFile { path: PathBuf },
     /// The guest kernel could not be fetched; `hint` says how to provide one.
@@ -124,6 +142,9 @@ pub enum LabError {
     GuestPanic {
         during_commands: bool,
         console_tail: String,
+        /// What the command under way had printed when the kernel
+        /// panicked (a soak's cycles so far).
+        partial_output: String,
     },
     #[error("QEMU exited ({status}) before the guest finished; QEMU said: {stderr}\nlast console lines:\n{console_tail}")]
     QemuExited {
@@ -246,6 +267,15 @@ pub enum CheckError {
 }
 
 impl LabError {
+    /// For a guest kernel panic, what it says about itself: the kernel's
+    /// reason and the instruction it was at, from the console's last lines.
+    pub fn guest_panic_cause(&self) -> Option<String> {
+        let LabError::GuestPanic { console_tail, .. } = self else {
+            return None;
+        };
+        Some(panic_cause(console_tail))
+    }
+
     /// An I/O error on `path` while doing `what` ("creating", "reading", ...).
     pub fn io(
         what: &'static str,
@@ -253,5 +283,38 @@ impl LabError {
     ) -> impl FnOnce(std::io::Error) -> LabError {
         let path = path.into();
         move |source| LabError::Io { what, path, source }
+    }
+}
+
+/// The reason and instruction ("Fatal exception; RIP 0010:...") of the
+/// panic whose console ends in `console_tail`.
+pub fn panic_cause(console_tail: &str) -> String {
+    let find = |key: &str| {
+        console_tail
+            .lines()
+            .find_map(|l| l.split_once(key))
+            .map(|(_, rest)| rest.trim().to_string())
+    };
+    let reason = find("Kernel panic - not syncing:").unwrap_or_else(|| "no reason given".into());
+    match find("RIP:") {
+        Some(rip) => format!("{reason}; RIP {rip}"),
+        None => reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_panic_is_told_by_its_reason_and_instruction() {
+        let tail = "[   16.6] Oops: general protection fault\n\
+                    [   16.6] RIP: 0010:pick_task_idle+0xa/0x40\n\
+                    [   16.7] Kernel panic - not syncing: Fatal exception\n";
+        assert_eq!(
+            panic_cause(tail),
+            "Fatal exception; RIP 0010:pick_task_idle+0xa/0x40"
+        );
+        assert_eq!(panic_cause("nothing useful"), "no reason given");
     }
 }

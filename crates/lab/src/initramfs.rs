@@ -122,6 +122,43 @@ fn libraries_of(binary: &Path) -> Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
+/// Where the guest's shell functions that put extra binaries before
+/// busybox's applets of the same name live (see [`shadow_functions`]).
+const SHADOWS: &str = "/etc/vsched-lab-binaries.sh";
+
+/// Debian's busybox-static runs its own applet for a command name before
+/// looking at PATH (its shell is built "standalone"), so an extra binary
+/// named `xz` would be busybox's xz in every command. A shell function
+/// wins over an applet: one per such name, sourced by each command's
+/// shell, makes the extra binary the one that runs. (A shell the command
+/// starts itself does not source it: there, call the binary by path.)
+pub fn shadow_functions(extra_names: &[String], applets: &[String]) -> Result<String> {
+    let mut s = String::new();
+    for name in extra_names.iter().filter(|n| applets.contains(n)) {
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(LabError::ShadowedBinary { name: name.clone() });
+        }
+        s.push_str(&format!("{name}() {{ /bin/{name} \"$@\"; }}\n"));
+    }
+    Ok(s)
+}
+
+/// The applets `busybox` provides (`busybox --list`).
+fn applets_of(busybox: &Path) -> Result<Vec<String>> {
+    let out = Command::new(busybox)
+        .arg("--list")
+        .output()
+        .map_err(|source| LabError::StartTool {
+            what: "listing busybox's applets",
+            program: busybox.display().to_string(),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
 /// The /init script: mounts, then each command between BEGIN/END markers.
 pub fn init_script(commands: &[String]) -> String {
     let mut s = String::from(
@@ -139,7 +176,7 @@ pub fn init_script(commands: &[String]) -> String {
         // Each command runs in its own shell so a failing one cannot end /init.
         let quoted = cmd.replace('\'', r"'\''");
         s.push_str(&format!(
-            "echo \"{MARK} BEGIN {i}\"\nsh -c '{quoted}'\necho \"{MARK} END {i} $?\"\n"
+            "echo \"{MARK} BEGIN {i}\"\nsh -c '. {SHADOWS}; {quoted}'\necho \"{MARK} END {i} $?\"\n"
         ));
     }
     s.push_str(&format!("echo \"{MARK} DONE\"\npoweroff -f\n"));
@@ -173,6 +210,7 @@ pub fn build(
     };
     add_binary(&mut cpio, busybox, "busybox")?;
     add_binary(&mut cpio, vsched, "vsched")?;
+    let mut extra_names = Vec::new();
     for b in extra {
         // Layout validation made sure it is a file, so it has a name.
         let name = b
@@ -181,7 +219,10 @@ pub fn build(
             .to_string_lossy()
             .into_owned();
         add_binary(&mut cpio, b, &name)?;
+        extra_names.push(name);
     }
+    let shadows = shadow_functions(&extra_names, &applets_of(busybox)?)?;
+    cpio.file(SHADOWS, 0o644, shadows.as_bytes());
     for lib in &libs {
         let body = std::fs::read(lib).map_err(LabError::io("reading", lib))?;
         cpio.file(&lib.to_string_lossy(), 0o755, &body);
@@ -218,10 +259,29 @@ mod tests {
     fn init_quotes_commands_and_marks_them() {
         let s = init_script(&["echo 'hi'".to_string()]);
         assert!(
-            s.contains("@@VSCHED-LAB BEGIN 0\"\nsh -c 'echo '\\''hi'\\'''\n"),
+            s.contains(
+                "@@VSCHED-LAB BEGIN 0\"\nsh -c '. /etc/vsched-lab-binaries.sh; echo '\\''hi'\\'''\n"
+            ),
             "{s}"
         );
         assert!(s.contains("@@VSCHED-LAB END 0 $?"));
         assert!(s.ends_with("poweroff -f\n"));
+    }
+
+    /// Regression: a layout that shipped Debian's xz ran busybox's xz
+    /// applet in the guest, because busybox's shell prefers its applets.
+    #[test]
+    fn an_extra_binary_named_like_an_applet_wins_over_busybox() {
+        let applets: Vec<String> = ["xz", "sh", "run-parts"].map(String::from).to_vec();
+        let names: Vec<String> = ["xz", "schedbench"].map(String::from).to_vec();
+        assert_eq!(
+            shadow_functions(&names, &applets).unwrap(),
+            "xz() { /bin/xz \"$@\"; }\n"
+        );
+        // A name no shell function can have is refused, not silently lost.
+        let err = shadow_functions(&["run-parts".to_string()], &applets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("run-parts"), "{err}");
     }
 }

@@ -375,18 +375,3 @@ pub fn busybox() -> Result<PathBuf> {
         install: "apt-get install busybox-static",
     })
 }
-
-/// The QEMU system emulator for x86-64.
-pub fn qemu() -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("qemu-system-x86_64");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(LabError::MissingTool {
-        tool: "QEMU",
-        install: "apt-get install qemu-system-x86",
-    })
-}

@@ -12,6 +12,7 @@ pub mod host_load;
 pub mod initramfs;
 pub mod kernel;
 pub mod layout;
+pub mod qemu;
 pub mod qmp;
 pub mod run;
 pub mod truth;

@@ -24,6 +24,11 @@ pub enum Accel {
     /// KVM when it is known to boot this kernel, else TCG.
     Auto,
     Tcg,
+    /// TCG with one host thread for all vCPUs (`thread=single`): no
+    /// cross-vCPU races inside the emulator, no per-vCPU host control
+    /// (layouts that pin or cap vCPUs are refused). For the soak's
+    /// evidence about multi-threaded emulation, not for measurements.
+    TcgSingle,
     Kvm,
 }
 
@@ -33,6 +38,24 @@ pub struct LabOptions {
     pub accel: Accel,
     /// The vsched binary to put in the guest.
     pub vsched: PathBuf,
+    /// QEMU to boot with instead of qemu-system-x86_64 on PATH.
+    pub qemu: Option<PathBuf>,
+    /// Boot with a QEMU older than `qemu::MIN_MAJOR` (with a warning)
+    /// instead of refusing it.
+    pub allow_old_qemu: bool,
+}
+
+impl LabOptions {
+    /// Options for `vsched`, the rest as the lab chooses.
+    pub fn new(vsched: PathBuf) -> LabOptions {
+        LabOptions {
+            kernel: None,
+            accel: Accel::Auto,
+            vsched,
+            qemu: None,
+            allow_old_qemu: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -236,6 +259,17 @@ fn kvm_verdict_path(kernel: &Path) -> PathBuf {
     kernel::cache_dir().join(format!("kvm-boots-{len}"))
 }
 
+/// Whether any phase of `layout` places or caps a vCPU: host control that
+/// needs one host thread per vCPU.
+fn pins_or_caps(layout: &Layout) -> bool {
+    (0..=layout.phases.len()).any(|p| {
+        layout
+            .state_at(p)
+            .iter()
+            .any(|s| s.host_cpu.is_some() || s.bandwidth.is_some())
+    })
+}
+
 /// Runs `commands` in a guest shaped by `layout`.
 pub fn run(
     layout: &Layout,
@@ -244,7 +278,12 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<RunResult> {
     host::sweep_stale();
-    let qemu = kernel::qemu()?;
+    let qemu = crate::qemu::find(opts.qemu.as_deref(), opts.allow_old_qemu)?;
+    if opts.accel == Accel::TcgSingle && pins_or_caps(layout) {
+        return Err(LabError::SingleThreadedLayout {
+            layout: layout.name().to_string(),
+        });
+    }
     let busybox = kernel::busybox()?;
     let guest_kernel = kernel::guest_kernel(opts.kernel.as_deref(), layout.kernel)?;
     let kernel_path = guest_kernel.image.clone();
@@ -266,6 +305,7 @@ pub fn run(
     let verdict = kvm_verdict_path(&kernel_path);
     let order: Vec<Accel> = match opts.accel {
         Accel::Tcg => vec![Accel::Tcg],
+        Accel::TcgSingle => vec![Accel::TcgSingle],
         Accel::Kvm => vec![Accel::Kvm],
         Accel::Auto
             if kvm_usable()
@@ -283,7 +323,7 @@ pub fn run(
         match boot_and_run(
             layout,
             commands,
-            &qemu,
+            &qemu.path,
             &kernel_path,
             &initrd,
             accel,
@@ -337,7 +377,8 @@ fn boot_and_run(
     let qmp_path = dir.join("qmp.sock");
     let accel_arg = match accel {
         Accel::Kvm => "kvm".to_string(),
-        _ => "tcg,thread=multi".to_string(),
+        Accel::TcgSingle => "tcg,thread=single".to_string(),
+        Accel::Auto | Accel::Tcg => "tcg,thread=multi".to_string(),
     };
     let mut cmd = Command::new(qemu);
     cmd.arg("-accel")
@@ -529,6 +570,9 @@ fn boot_and_run(
                     return Err(LabError::GuestPanic {
                         during_commands: first_command.is_some(),
                         console_tail: tail(&console, CONSOLE_TAIL_LINES),
+                        partial_output: current
+                            .map(|(_, out, _)| out.join("\n"))
+                            .unwrap_or_default(),
                     });
                 }
                 return Err(LabError::QemuExited {

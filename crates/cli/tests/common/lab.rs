@@ -1,6 +1,6 @@
 //! Lab guests for the integration tests: layouts from lab/, the
 //! scheduler benchmark's workload program carried into a guest, and the
-//! output of guest commands (a guest kernel that panics is booted again).
+//! output of guest commands (a guest kernel panic fails the test).
 
 use super::vsched;
 use serde_json::Value;
@@ -35,13 +35,6 @@ pub fn layout_with_schedbench(name: &str) -> String {
     path.display().to_string()
 }
 
-/// Guests booted again after a guest kernel panic, per `run_in_guest`.
-/// Four, because panics come in runs: 8 of 24 sched_ext guests here
-/// panicked in one session (loading and unloading vsched two to four
-/// times each), once three in a row, which with two reboots failed the
-/// call however vsched behaved.
-const GUEST_REBOOTS: usize = 4;
-
 /// Output of each guest command, in order, from `lab run --json` of
 /// `layout` with `commands` in place of the layout's.
 pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, String)> {
@@ -51,26 +44,14 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
     }
     let l = layout(layout_path);
     args.push(&l);
-    // Under TCG, Debian's 7.2 guest kernel panics now and then: while
-    // booting, and when sched_ext's enable or disable patches the kernel's
-    // code (the panicking vCPU runs from the middle of a jump-label site:
-    // QEMU's TCG and cross-modifying code, docs/lab.md). The lab reports a
-    // panic as such; the guest is booted again, at most GUEST_REBOOTS
-    // times, and every panic is noted where scripts/test.sh lists it.
-    let mut out = vsched(&args);
-    for _ in 0..GUEST_REBOOTS {
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        if !stderr.contains("guest kernel panicked") {
-            break;
-        }
-        let first = stderr.lines().next().unwrap_or_default();
-        let rip = stderr
-            .lines()
-            .find(|l| l.contains("RIP:"))
-            .unwrap_or_default();
-        super::note(layout_path, &format!("{first} {rip}; booted again"));
-        out = vsched(&args);
-    }
+    // On QEMU 10 the lab's guests do not panic (docs/lab.md, "The
+    // emulator"): a guest kernel panic fails the test, with its console.
+    let out = vsched(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("guest kernel panicked"),
+        "lab run {layout_path}: the guest kernel panicked:\n{stderr}"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(

@@ -28,8 +28,8 @@ pub fn skip(test: &str, why: &str) {
     append_line("VSCHED_SKIP_LOG", &format!("{test}: {why}\n"));
 }
 
-/// Records something outside vsched that a test worked around (a guest
-/// kernel that panicked and was booted again): on stderr at once, and in
+/// Records something outside vsched that a test worked around (a check
+/// run again on a noisy host): on stderr at once, and in
 /// the file named by `VSCHED_NOTE_LOG`, which scripts/test.sh lists at the
 /// end, so that it is never hidden.
 #[allow(dead_code)] // not every test binary that includes common uses it

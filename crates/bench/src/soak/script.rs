@@ -1,0 +1,277 @@
+//! The soak guest's script and the parsing of what it prints.
+//!
+//! The guest starts a mixed workload that runs the whole time (threads
+//! messaging over Unix sockets, a barrier program with more threads than
+//! vCPUs, a fork/exec storm, a CPU-bound task hopping between vCPUs with
+//! taskset), then loads a scheduler, holds it, and unloads it, cycle after
+//! cycle: the moments sched_ext moves every task between classes are the
+//! ones that crashed guests. Every step prints a marker line, so a guest
+//! that panics still tells how far it came.
+
+/// Marker of the script's lines.
+pub const MARK: &str = "@@soak";
+
+/// Longest wait for sched_ext to become enabled or disabled, in tenths of
+/// a second: loading takes under a second in these guests, but the
+/// kernel's enable waits for every vCPU several times, and a busy host
+/// has stretched it past 10 s (the scheduler benchmark's same wait).
+const STATE_WAIT_TENTHS: u32 = 300;
+
+/// What one cycle loads: a command started in the background and stopped
+/// with SIGINT, or nothing (the default scheduler, for the control).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loader {
+    None,
+    Command(String),
+}
+
+/// The guest script: the workload, then `cycles` cycles of loading with
+/// `loader`, holding it `hold_s` and unloading, then the workload's end
+/// and the kernel's own complaints.
+pub fn guest_script(loader: &Loader, cycles: usize, hold_s: f64) -> String {
+    let mut s = format!(
+        "wait_state() {{ for i in $(seq {STATE_WAIT_TENTHS}); do grep -qx $1 /sys/kernel/sched_ext/state 2>/dev/null && return 0; sleep 0.1; done; return 1; }}\n\
+         ms() {{ awk '{{printf \"%d\", $1 * 1000}}' /proc/uptime; }}\n\
+         N=$(nproc)\n\
+         mkdir -p /tmp/soak && cd /tmp/soak\n\
+         echo \"{MARK} kernel $(uname -r)\"\n\
+         {WORKLOAD}\
+         echo \"{MARK} started $(ms)\"\n"
+    );
+    for i in 0..cycles {
+        match loader {
+            Loader::None => s.push_str(&format!(
+                "echo \"{MARK} load {i} $(ms)\"\n\
+                 sleep {hold_s}\n\
+                 echo \"{MARK} cycle {i} state=none exit=0 $(ms)\"\n"
+            )),
+            Loader::Command(cmd) => s.push_str(&format!(
+                "echo \"{MARK} load {i} $(ms)\"\n\
+                 {cmd} >/tmp/soak/loader.log 2>&1 & S=$!\n\
+                 if wait_state enabled; then st=enabled; else st=not-enabled; fi\n\
+                 echo \"{MARK} loaded {i} $st $(ms)\"\n\
+                 sleep {hold_s}\n\
+                 kill -INT $S 2>/dev/null; wait $S; rc=$?\n\
+                 wait_state disabled || st=still-$(cat /sys/kernel/sched_ext/state)\n\
+                 echo \"{MARK} cycle {i} state=$st exit=$rc $(ms)\"\n\
+                 [ $rc -eq 0 ] || sed 's/^/{MARK} loader-said /' /tmp/soak/loader.log | tail -5\n"
+            )),
+        }
+        // A moment under the default scheduler between cycles, so that
+        // each load starts from the kernel's own scheduling.
+        s.push_str("sleep 0.5\n");
+    }
+    s.push_str(&format!(
+        "touch stop; wait\n\
+         for w in messaging barrier forks hops; do echo \"{MARK} work $w $(cat $w.done 2>/dev/null | wc -c) $(cat $w.failed 2>/dev/null | wc -c)\"; done\n\
+         dmesg | grep -E 'BUG:|WARNING:|Oops|Call Trace|sched_ext|stall|lockup|hung task' | sed 's/^/{MARK} dmesg /'\n\
+         echo \"{MARK} end $(ms)\"\n"
+    ));
+    s
+}
+
+/// The workload, four loops in the background until `stop` exists; each
+/// loop writes a byte to NAME.done per completed run and to NAME.failed
+/// per failed one.
+const WORKLOAD: &str = "\
+loop() { name=$1; shift; while [ ! -e stop ]; do if \"$@\" >/dev/null 2>&1; then printf . >> $name.done; else printf x >> $name.failed; fi; done; }\n\
+forks() { for i in $(seq 50); do /bin/true || return 1; done; }\n\
+hop() { n=$(cat hop.n 2>/dev/null || echo 0); echo $((n + 1)) > hop.n; taskset -c $((n % N)) schedbench cpu 1 2000000; }\n\
+loop messaging schedbench messaging 2 4 100 &\n\
+loop barrier schedbench barrier 4 200 2000 &\n\
+loop forks forks &\n\
+loop hops hop &\n";
+
+/// What one guest's output says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GuestLog {
+    /// The guest kernel's release.
+    pub kernel: Option<String>,
+    /// Whether the workload had started.
+    pub started: bool,
+    /// Cycles that ended, each with the state reached and the loader's
+    /// exit status.
+    pub cycles: Vec<Cycle>,
+    /// The cycle begun and not ended, if any: (index, loaded yet).
+    pub open_cycle: Option<(usize, bool)>,
+    /// Completed and failed runs of each workload loop, once it ended.
+    pub work: Vec<WorkCount>,
+    /// The kernel's own complaints (dmesg lines with BUG, WARNING, ...).
+    pub dmesg: Vec<String>,
+    /// The loader's last lines when it did not exit 0.
+    pub loader_said: Vec<String>,
+    /// Whether the script reached its end.
+    pub ended: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cycle {
+    pub index: usize,
+    /// "enabled" (the scheduler ran and sched_ext went back to
+    /// "disabled"), "none" (the control), or what went wrong.
+    pub state: String,
+    pub exit: i32,
+    /// From starting the loader to sched_ext enabled, guest clock (0 for
+    /// the control).
+    pub load_ms: u64,
+    /// From sched_ext enabled to the cycle's end (the scheduler unloaded),
+    /// guest clock; for the control, its hold.
+    pub loaded_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkCount {
+    pub loop_name: String,
+    pub done: u64,
+    pub failed: u64,
+}
+
+/// Parses the marker lines of a guest's output (whole or cut short).
+pub fn parse(output: &str) -> GuestLog {
+    let mut log = GuestLog::default();
+    let mut load_at_ms: Option<u64> = None;
+    let mut enabled_at_ms: Option<u64> = None;
+    for line in output.lines() {
+        let Some(rest) = line.trim().strip_prefix(MARK) else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let mut w = rest.split_whitespace();
+        match w.next() {
+            Some("kernel") => log.kernel = w.next().map(str::to_string),
+            Some("started") => log.started = true,
+            Some("load") => {
+                let i = w.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+                load_at_ms = w.next().and_then(|x| x.parse().ok());
+                enabled_at_ms = None;
+                log.open_cycle = Some((i, false));
+            }
+            Some("loaded") => {
+                let f: Vec<&str> = w.collect();
+                if let (Some((_, loaded)), [_, state, at]) = (log.open_cycle.as_mut(), &f[..]) {
+                    *loaded = *state == "enabled";
+                    enabled_at_ms = at.parse().ok();
+                }
+            }
+            Some("cycle") => {
+                let index = w.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+                let mut state = String::new();
+                let mut exit = -1;
+                let mut end_ms = None;
+                for f in w {
+                    if let Some(v) = f.strip_prefix("state=") {
+                        state = v.to_string();
+                    } else if let Some(v) = f.strip_prefix("exit=") {
+                        exit = v.parse().unwrap_or(-1);
+                    } else {
+                        end_ms = f.parse::<u64>().ok();
+                    }
+                }
+                // The control has no "loaded" line: its hold starts at "load".
+                let from = enabled_at_ms.or(load_at_ms);
+                let loaded_ms = match (from, end_ms) {
+                    (Some(a), Some(b)) => b.saturating_sub(a),
+                    _ => 0,
+                };
+                let load_ms = match (load_at_ms, enabled_at_ms) {
+                    (Some(a), Some(b)) => b.saturating_sub(a),
+                    _ => 0,
+                };
+                log.cycles.push(Cycle {
+                    index,
+                    state,
+                    exit,
+                    load_ms,
+                    loaded_ms,
+                });
+                log.open_cycle = None;
+            }
+            Some("work") => {
+                let f: Vec<&str> = w.collect();
+                if let [name, done, failed] = f[..] {
+                    log.work.push(WorkCount {
+                        loop_name: name.to_string(),
+                        done: done.parse().unwrap_or(0),
+                        failed: failed.parse().unwrap_or(0),
+                    });
+                }
+            }
+            Some("dmesg") => log.dmesg.push(rest["dmesg".len()..].trim().to_string()),
+            Some("loader-said") => log
+                .loader_said
+                .push(rest["loader-said".len()..].trim().to_string()),
+            Some("end") => log.ended = true,
+            _ => {}
+        }
+    }
+    log
+}
+
+/// dmesg lines that say something went wrong: sched_ext's own lines when
+/// a scheduler is enabled or unregistered by its loader are normal.
+pub fn is_complaint(line: &str) -> bool {
+    let normal = ["enabled", "unregistered from user space"];
+    !(line.contains("sched_ext:") && normal.iter().any(|n| line.contains(n)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_guest_log_is_read_back() {
+        let out = "@@soak kernel 7.2.13+deb14-cloud-amd64\n\
+                   @@soak started 1000\n\
+                   @@soak load 0 1000\n\
+                   @@soak loaded 0 enabled 1400\n\
+                   @@soak cycle 0 state=enabled exit=0 5400\n\
+                   @@soak load 1 5900\n\
+                   @@soak loaded 1 enabled 6100\n\
+                   @@soak cycle 1 state=enabled exit=1 10100\n\
+                   @@soak loader-said vsched sched: the kernel ejected the scheduler\n\
+                   @@soak work messaging 40 0\n\
+                   @@soak work forks 12 1\n\
+                   @@soak dmesg [ 3.1] sched_ext: BPF scheduler \"vsched\" enabled\n\
+                   @@soak end 11000\n";
+        let log = parse(out);
+        assert!(log.started && log.ended);
+        assert_eq!(log.cycles.len(), 2);
+        assert_eq!(log.kernel.as_deref(), Some("7.2.13+deb14-cloud-amd64"));
+        assert_eq!(
+            (log.cycles[0].load_ms, log.cycles[0].loaded_ms),
+            (400, 4000)
+        );
+        assert_eq!(log.cycles[1].exit, 1);
+        assert_eq!(log.open_cycle, None);
+        assert_eq!(log.work[1].failed, 1);
+        assert_eq!(log.loader_said.len(), 1);
+        assert!(!is_complaint(&log.dmesg[0]));
+        assert!(is_complaint(
+            "[ 9.0] sched_ext: BPF scheduler \"vsched\" disabled (runtime error)"
+        ));
+    }
+
+    #[test]
+    fn a_guest_cut_short_says_which_cycle_it_was_in() {
+        let log =
+            parse("@@soak started 1000\n@@soak load 0 1000\n@@soak loaded 0 enabled 1300\nnoise\n");
+        assert_eq!(log.open_cycle, Some((0, true)));
+        assert!(log.cycles.is_empty() && !log.ended);
+        let log = parse("@@soak started 1000\n@@soak load 3 1000\n");
+        assert_eq!(log.open_cycle, Some((3, false)));
+    }
+
+    #[test]
+    fn the_script_loads_and_unloads_every_cycle_and_reports_the_work() {
+        let s = guest_script(&Loader::Command("vsched sched -q".into()), 3, 2.0);
+        assert_eq!(
+            s.matches("vsched sched -q >/tmp/soak/loader.log").count(),
+            3
+        );
+        assert_eq!(s.matches("kill -INT $S").count(), 3);
+        assert!(s.contains("touch stop; wait"));
+        let control = guest_script(&Loader::None, 2, 2.0);
+        assert!(!control.contains("kill -INT"));
+        assert_eq!(control.matches("sleep 2\n").count(), 2);
+    }
+}
