@@ -6,7 +6,16 @@
 # object is GPL-2.0 like vsched's own. Takes several minutes the first time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh >/dev/null  # clang, libelf, zlib: what a libbpf-rs build needs
+# What a libbpf-rs build needs: clang for BPF, libclang for bindgen, libelf, zlib.
+need=()
+command -v clang-19 >/dev/null 2>&1 || need+=(clang-19)
+[ -e /usr/lib/llvm-19/lib/libclang.so ] || need+=(libclang-19-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libelf.a ] || need+=(libelf-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libz.a ] || need+=(zlib1g-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 # The version the soak's figures in docs/lab.md were measured with.
 version=1.1.4
@@ -14,4 +23,5 @@ root="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/vsched/lab/scx"
 if [ -x "$root/bin/scx_bpfland" ] && "$root/bin/scx_bpfland" --version 2>/dev/null | grep -q "$version"; then
   exit 0
 fi
-cargo install --locked scx_bpfland --version "$version" --root "$root"
+# scx_cargo compiles BPF with $BPF_CLANG (default `clang`, which Debian names clang-19).
+BPF_CLANG="${BPF_CLANG:-clang-19}" cargo install --locked scx_bpfland --version "$version" --root "$root"

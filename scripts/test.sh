@@ -56,6 +56,14 @@ export VSCHED_NOTE_LOG="$logs/noted-events.txt"
 rm -f "$VSCHED_SKIP_LOG" "$VSCHED_NOTE_LOG"
 # Integration tests serialise themselves (they probe the whole machine).
 cargo test --release --workspace --all-targets
+# The scheduler's lab tests again on the oldest and the newest kernel of
+# the sched_ext matrix (the suite above booted Debian unstable's; docs/lab.md,
+# "Kernels"). The benchmark's end-to-end run boots its own kernel: once is enough.
+for version in 6.16.12 7.3.4; do
+  echo "== the scheduler's lab tests on Linux $version"
+  VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults \
+    -- --skip bench_sched_runs_every_variant_of_a_scenario
+done
 echo "== loom model checks of the synchronisation runtime"
 # A separate target directory: --cfg loom rebuilds everything differently.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p vsched-sync --test loom

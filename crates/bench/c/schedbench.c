@@ -18,6 +18,8 @@
  *       serve them from one queue, SERVICE_US of CPU time each; with
  *       BEST_EFFORT SCHED_IDLE threads spinning beside it
  *   schedbench idle THREADS SECONDS        SCHED_IDLE threads spinning (best-effort load)
+ *   schedbench rt THREADS SECONDS          SCHED_FIFO threads (priority 10) working
+ *       2 ms of every 10 ms: real-time tasks beside a sched_ext scheduler
  *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
  *       the barrier kernel without end, its throughput over time: rounds
  *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
@@ -394,6 +396,33 @@ static long arg(char **argv, int i)
 	return v;
 }
 
+static long rt_seconds;
+
+/*
+ * A real-time thread (SCHED_FIFO 10, above every sched_ext task): 2 ms of
+ * work every 10 ms for rt_seconds, a periodic RT load beside the
+ * scheduler. Needs root (the lab's guests run as root).
+ */
+static void *rt_thread(void *unused)
+{
+	struct sched_param sp = { .sched_priority = 10 };
+	double end = now_s() + rt_seconds;
+
+	(void)unused;
+	if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp)) {
+		fprintf(stderr, "schedbench: SCHED_FIFO refused\n");
+		exit(1);
+	}
+	while (now_s() < end) {
+		double burst_end = now_s() + 0.002;
+
+		while (now_s() < burst_end)
+			;
+		usleep(8000);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t[256];
@@ -489,6 +518,10 @@ int main(int argc, char **argv)
 			pthread_create(&t[i], NULL, best_effort_thread, NULL);
 		sleep(seconds);
 		return 0;
+	} else if (!strcmp(argv[1], "rt")) {
+		rt_seconds = arg(argv, 3);
+		for (long i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, rt_thread, NULL);
 	} else if (!strcmp(argv[1], "pingpong")) {
 		roundtrips = arg(argv, 3);
 		for (long p = 0; p < n; p++) {

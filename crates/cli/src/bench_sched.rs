@@ -85,7 +85,7 @@ pub struct SchedBenchArgs {
     plot: Option<std::path::PathBuf>,
 
     #[command(flatten)]
-    emulator: crate::lab_args::EmulatorArgs,
+    guest: crate::lab_args::GuestArgs,
 }
 
 pub fn run(args: SchedBenchArgs) -> Result<bool> {
@@ -103,7 +103,7 @@ pub fn run(args: SchedBenchArgs) -> Result<bool> {
             .with_context(|| format!("cannot create the plot directory {}", dir.display()))?;
     }
     crate::signals::catch();
-    let opts = args.emulator.lab_options(None)?;
+    let opts = args.guest.lab_options(None)?;
     let mut results = Vec::new();
     for s in SCENARIOS
         .iter()

@@ -67,7 +67,7 @@ pub struct SoakBenchArgs {
     json: bool,
 
     #[command(flatten)]
-    emulator: crate::lab_args::EmulatorArgs,
+    guest: crate::lab_args::GuestArgs,
 }
 
 /// Where scripts/install-scx.sh puts scx_bpfland.
@@ -111,7 +111,7 @@ pub fn run(args: SoakBenchArgs) -> Result<bool> {
         None
     };
     crate::signals::catch();
-    let opts = args.emulator.lab_options(None)?;
+    let opts = args.guest.lab_options(None)?;
     let config = SoakConfig {
         variants,
         guests_per_variant: args.guests,

@@ -1,6 +1,6 @@
-//! The emulator options every command that boots lab guests takes
-//! (`vsched lab`, `vsched bench sched`, `vsched bench soak`), and the
-//! lab options they make.
+//! The guest options every command that boots lab guests takes (`vsched
+//! lab`, `vsched bench sched`, `vsched bench soak`): emulator and kernel
+//! version; and the lab options they make.
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -21,7 +21,7 @@ pub enum AccelArg {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct EmulatorArgs {
+pub struct GuestArgs {
     /// Accelerator
     #[arg(long, value_enum, default_value = "auto")]
     pub accel: AccelArg,
@@ -34,9 +34,15 @@ pub struct EmulatorArgs {
     /// sched_ext guests; for measuring exactly that, docs/lab.md)
     #[arg(long)]
     pub allow_old_qemu: bool,
+
+    /// Boot this Debian cloud kernel of the tested sched_ext matrix
+    /// instead of the layout's (6.16.12, 6.18.15, 7.2.13, 7.3.4; fetched
+    /// once, checked against its pinned checksum)
+    #[arg(long, value_name = "VERSION")]
+    pub kernel_version: Option<String>,
 }
 
-impl EmulatorArgs {
+impl GuestArgs {
     /// Lab options with these emulator settings and `kernel`, carrying
     /// this vsched binary into the guests.
     pub fn lab_options(&self, kernel: Option<PathBuf>) -> Result<LabOptions> {
@@ -52,6 +58,11 @@ impl EmulatorArgs {
         };
         opts.qemu = self.qemu.clone();
         opts.allow_old_qemu = self.allow_old_qemu;
+        if let Some(v) = &self.kernel_version {
+            // Refused here, before any guest boots, with the versions there are.
+            vsched_lab::kernel::pinned(v)?;
+            opts.kernel_version = Some(v.clone());
+        }
         Ok(opts)
     }
 }

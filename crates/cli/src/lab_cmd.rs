@@ -1,6 +1,6 @@
 //! `vsched lab`: boot guests whose vCPUs the host controls; score the probe.
 
-use crate::lab_args::EmulatorArgs;
+use crate::lab_args::GuestArgs;
 use crate::signals;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -35,7 +35,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
     #[command(flatten)]
-    emulator: EmulatorArgs,
+    guest: GuestArgs,
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
@@ -56,7 +56,7 @@ pub struct RunArgs {
 fn prepare(common: &CommonArgs) -> Result<(Layout, LabOptions)> {
     let host_cpus = vsched_probe::sys::online_cpus().context("reading the host's online CPUs")?;
     let layout = Layout::load(&common.layout, &host_cpus)?;
-    let opts = common.emulator.lab_options(common.kernel.clone())?;
+    let opts = common.guest.lab_options(common.kernel.clone())?;
     signals::catch();
     Ok((layout, opts))
 }

@@ -82,6 +82,11 @@ pub struct SchedArgs {
     #[arg(long, hide = true)]
     ivh_beats_only: bool,
 
+    /// Tests: make the BPF side fail with a runtime error this long after
+    /// loading (the kernel ejects it; shows that nothing is lost)
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
+    inject_error_after: Option<Duration>,
+
     /// Benchmark reference: a minimal FIFO sched_ext scheduler instead of vsched's policy
     #[arg(long, hide = true)]
     reference_fifo: bool,
@@ -136,8 +141,12 @@ struct Summary {
     /// What the probers cost so far (CPU as a share of one vCPU), from
     /// their last report: what a busy VM gave up to them.
     probe_overhead: Option<vsched_model::report::Overhead>,
-    /// Why the kernel ejected the scheduler, if it did.
+    /// Why the kernel ejected the scheduler, if it did (for good: a
+    /// hotplug ejection is followed by a reload, counted in `restarts`).
     ejected: Option<vsched_sched::ExitInfo>,
+    /// Reloads after the kernel unloaded the scheduler for a vCPU going
+    /// offline or coming online.
+    restarts: u32,
     program_exit_code: Option<i32>,
 }
 
@@ -175,6 +184,9 @@ fn tunables(args: &SchedArgs) -> Tunables {
         // the pre-wake; the tick rule's rested check is activity-aware.
         ivh_at_tick: !args.ivh_beats_only && !args.ivh_unaware,
         beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
+        inject_error_after_ns: args.inject_error_after.map_or(0, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+        }),
     }
 }
 
@@ -191,17 +203,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let nr_cpus = possible_cpus();
     let tunables = tunables(&args);
     signals::catch();
-    let mut object = MaybeUninit::uninit();
     let started = Instant::now();
-    let sched = Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)?;
-    eprintln!(
-        "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
-        on_off(tunables.rwc),
-        on_off(tunables.capacity),
-        on_off(tunables.bvs),
-        on_off(tunables.ivh),
-        on_off(!args.no_probe)
-    );
     let (reports_tx, reports) = mpsc::channel();
     let prober = (!args.no_probe)
         .then(|| {
@@ -228,61 +230,114 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let mut model_updates = 0u64;
     let mut last_model = Vec::new();
     let mut probe_overhead = None;
-    let mut last_print = Instant::now();
-    let mut printed = sched.stats()?;
     let mut program_exit_code = None;
-    let ejected = loop {
-        if let Some(info) = sched.exit_info() {
-            break Some(info);
+    // Counters of the attachments before the current one (a restart
+    // starts the BPF side's counters from zero).
+    let mut earlier_totals: Option<Stats> = None;
+    let mut restarts = 0u32;
+    let (ejected, totals) = loop {
+        let mut object = MaybeUninit::uninit();
+        let sched = Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)?;
+        if restarts == 0 {
+            eprintln!(
+                "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
+                on_off(tunables.rwc),
+                on_off(tunables.capacity),
+                on_off(tunables.bvs),
+                on_off(tunables.ivh),
+                on_off(!args.no_probe)
+            );
+        } else if !last_model.is_empty() {
+            // The model the probers gave last, at once: the next report
+            // may be a second away.
+            sched.update_model(&last_model)?;
         }
-        while let Ok(report) = reports.try_recv() {
-            probe_overhead = report.overhead;
-            let new_model = model::from_report(&report, tunables.rwc);
-            sched.update_model(&new_model)?;
-            model_updates += 1;
-            // A line whenever what RWC hides changes (and for the first
-            // model): the event a user, or a benchmark waiting for the
-            // model, looks for.
-            let hidden =
-                |m: &[vsched_sched::VcpuModel]| m.iter().map(|v| v.visibility).collect::<Vec<_>>();
-            if args.verbose || model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
-                eprintln!(
-                    "vsched sched: model {model_updates}: {}",
-                    describe(&new_model)
-                );
+        let mut last_print = Instant::now();
+        let mut printed = sched.stats()?;
+        let ejected = loop {
+            if let Some(info) = sched.exit_info() {
+                break Some(info);
             }
-            last_model = new_model;
-        }
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the program")? {
-                program_exit_code = Some(exit_code(status));
+            while let Ok(report) = reports.try_recv() {
+                probe_overhead = report.overhead;
+                let new_model = model::from_report(&report, tunables.rwc);
+                sched.update_model(&new_model)?;
+                model_updates += 1;
+                // A line whenever what RWC hides changes (and for the first
+                // model): the event a user, or a benchmark waiting for the
+                // model, looks for.
+                let hidden = |m: &[vsched_sched::VcpuModel]| {
+                    m.iter().map(|v| v.visibility).collect::<Vec<_>>()
+                };
+                if args.verbose || model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
+                    eprintln!(
+                        "vsched sched: model {model_updates}: {}",
+                        describe(&new_model)
+                    );
+                }
+                last_model = new_model;
+            }
+            if let Some(c) = child.as_mut() {
+                if let Some(status) = c.try_wait().context("waiting for the program")? {
+                    program_exit_code = Some(exit_code(status));
+                    break None;
+                }
+            }
+            if signals::stopped() {
+                if let Some(c) = child.as_mut() {
+                    // The terminal's Ctrl-C reached the program too; SIGTERM did not.
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                    let status = c.wait().context("waiting for the program")?;
+                    program_exit_code = Some(exit_code(status));
+                }
                 break None;
             }
-        }
-        if signals::stopped() {
-            if let Some(c) = child.as_mut() {
-                // The terminal's Ctrl-C reached the program too; SIGTERM did not.
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-                let status = c.wait().context("waiting for the program")?;
-                program_exit_code = Some(exit_code(status));
+            if !args.quiet && last_print.elapsed() >= args.interval {
+                let now = sched.stats()?;
+                print_line(&now.since(&printed), started.elapsed(), model_updates);
+                printed = now;
+                last_print = Instant::now();
             }
-            break None;
+            // Every wake-up of this loop is a task the scheduler must fit in
+            // beside the user's: 10 per second is prompt enough for Ctrl-C,
+            // a program's exit and new models.
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let these = sched.stats()?;
+        let totals = earlier_totals
+            .as_ref()
+            .map_or(these.clone(), |e| e.plus(&these));
+        let exit_after = sched.detach();
+        let ejected = ejected.or(exit_after.filter(|e| e.is_error()));
+        match &ejected {
+            // A vCPU went offline or came online (a resize): the kernel
+            // ejects a scheduler that does not handle hotplug and asks for
+            // it again. Reloading is what keeps vsched on a resized VM; a
+            // kernel that kept asking would be a loop, hence the bound.
+            Some(e) if e.asks_restart() && restarts < MAX_RESTARTS => {
+                restarts += 1;
+                eprintln!(
+                    "vsched sched: the kernel unloaded the scheduler ({}); loading it again (restart {restarts})",
+                    e.message
+                );
+                earlier_totals = Some(totals);
+            }
+            _ => break (ejected, totals),
         }
-        if !args.quiet && last_print.elapsed() >= args.interval {
-            let now = sched.stats()?;
-            print_line(&now.since(&printed), started.elapsed(), model_updates);
-            printed = now;
-            last_print = Instant::now();
-        }
-        // Every wake-up of this loop is a task the scheduler must fit in
-        // beside the user's: 10 per second is prompt enough for Ctrl-C,
-        // a program's exit and new models.
-        std::thread::sleep(Duration::from_millis(100));
     };
-    let totals = sched.stats()?;
-    let exit_after = sched.detach();
-    let ejected = ejected.or(exit_after.filter(|e| e.is_error()));
+    if let (Some(e), Some(c)) = (&ejected, child.as_mut()) {
+        if program_exit_code.is_none() {
+            // The program goes on under the kernel's own scheduler; its
+            // exit status is still what this command returns.
+            eprintln!(
+                "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
+                e.reason, e.message
+            );
+            let status = c.wait().context("waiting for the program")?;
+            program_exit_code = Some(exit_code(status));
+        }
+    }
     drop(reports);
     if let Some(p) = prober {
         // The probers notice the closed channel after their current step.
@@ -319,6 +374,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         model: last_model,
         probe_overhead,
         ejected: ejected.clone(),
+        restarts,
         program_exit_code,
     };
     print_summary(&summary, &totals);
@@ -338,6 +394,11 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         (None, None) => 0,
     })
 }
+
+/// Reloads after hotplug ejections in one run. A resize takes a vCPU
+/// offline or online one at a time, each an ejection; 64 covers resizing
+/// a large VM several times while bounding a kernel that keeps asking.
+const MAX_RESTARTS: u32 = 64;
 
 /// "vCPU 0 1024, vCPU 1 512 hidden (stacked)".
 fn describe(models: &[vsched_sched::VcpuModel]) -> String {

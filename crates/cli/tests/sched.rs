@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::lab::{layout_with_schedbench, run_in_guest};
+use common::lab::{layout_with_schedbench, run_in_guest, wait_state};
 use common::vsched;
 use serde_json::Value;
 
@@ -58,13 +58,6 @@ fn counter(summary: &Value, name: &str) -> u64 {
     summary["counters"][name]
         .as_u64()
         .unwrap_or_else(|| panic!("no counter {name}: {summary:#}"))
-}
-
-/// Waits (in the guest) until sched_ext's state reads `state`, at most 10 s.
-fn wait_state(state: &str) -> String {
-    format!(
-        "for i in $(seq 100); do grep -qx {state} /sys/kernel/sched_ext/state && break; sleep 0.1; done"
-    )
 }
 
 #[test]

@@ -53,6 +53,10 @@ pub enum LabError {
     /// can shadow (the name has characters a function name cannot).
     #[error("extra binary {name} has the name of a busybox applet, which the guest's shell would run instead, and a name no shell function can take to win over it: rename the binary")]
     ShadowedBinary { name: String },
+    #[error("--kernel-version {version}: not a kernel of the tested matrix; there are: {known}")]
+    UnknownKernelVersion { version: String, known: String },
+    #[error("--kernel-version {version} picks among sched_ext kernels, for layouts with kernel = \"sched_ext\"; this layout boots the host release's kernel (use --kernel PATH for another)")]
+    KernelVersionNeedsSchedExt { version: String },
     #[error("--kernel {}: no such file", path.display())]
     NoKernelFile { path: PathBuf },
     /// The guest kernel could not be fetched; `hint` says how to provide one.

@@ -70,9 +70,14 @@ pub struct KernelConfig {
     pub path: PathBuf,
 }
 
-/// The guest kernel: `explicit` if given, else the cached Debian cloud
-/// kernel of the kind asked for, downloading it the first time.
-pub fn guest_kernel(explicit: Option<&Path>, choice: KernelChoice) -> Result<GuestKernel> {
+/// The guest kernel: `explicit` if given, else (for a sched_ext layout)
+/// the pinned kernel of `version` if given, else the cached Debian cloud kernel of the kind
+/// asked for, downloading it the first time.
+pub fn guest_kernel(
+    explicit: Option<&Path>,
+    version: Option<&str>,
+    choice: KernelChoice,
+) -> Result<GuestKernel> {
     if let Some(p) = explicit {
         if !p.is_file() {
             return Err(LabError::NoKernelFile {
@@ -83,6 +88,16 @@ pub fn guest_kernel(explicit: Option<&Path>, choice: KernelChoice) -> Result<Gue
             image: p.to_path_buf(),
             config: None,
         });
+    }
+    if let Some(v) = version {
+        // The matrix is of sched_ext kernels; the probe layouts are
+        // verified with the host release's own kernel.
+        if choice != KernelChoice::SchedExt {
+            return Err(LabError::KernelVersionNeedsSchedExt {
+                version: v.to_string(),
+            });
+        }
+        return pinned_kernel(pinned(v)?);
     }
     match choice {
         KernelChoice::Default => Ok(GuestKernel {
@@ -128,19 +143,8 @@ const SCHED_EXT_HINT: &str = "sched_ext layouts need Debian's newest cloud kerne
 /// configuration so that the host's package sources stay as they are.
 fn sched_ext_kernel() -> Result<GuestKernel> {
     let dir = cache_dir().join("sched_ext");
-    let image = dir.join("vmlinuz");
-    let config = dir.join("config");
-    let release_file = dir.join("release");
-    if image.is_file() && config.is_file() {
-        if let Ok(release) = std::fs::read_to_string(&release_file) {
-            return Ok(GuestKernel {
-                image,
-                config: Some(KernelConfig {
-                    release: release.trim().to_string(),
-                    path: config,
-                }),
-            });
-        }
+    if let Some(k) = cached_kernel(&dir) {
+        return Ok(k);
     }
     let need = |source: LabError| LabError::GuestKernel {
         hint: SCHED_EXT_HINT,
@@ -150,36 +154,148 @@ fn sched_ext_kernel() -> Result<GuestKernel> {
     let apt = Apt::private(&dir.join("apt"), SCHED_EXT_SUITE).map_err(need)?;
     apt.update().map_err(need)?;
     let image_pkg = apt.image_package().map_err(need)?;
-    // Newer Debian kernels split the image package: the kernel proper is in
-    // linux-binary-*, its config in linux-base-*; older ones hold both.
-    let mut packages = vec![image_pkg.clone()];
+    fetch_sched_ext_kernel(&apt, &image_pkg, &dir, None).map_err(need)
+}
+
+/// A Debian cloud kernel with sched_ext that vsched is tested on, pinned
+/// by its image's checksum: `--kernel-version` picks one, and the same
+/// version always boots the same kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedKernel {
+    /// The upstream version (`--kernel-version`).
+    pub version: &'static str,
+    /// Debian's suite that has it.
+    pub suite: &'static str,
+    /// Its image package (newer kernels pull the image proper from the
+    /// linux-binary-* and linux-base-* packages it depends on).
+    pub package: &'static str,
+    /// SHA-256 of its vmlinuz.
+    pub vmlinuz_sha256: &'static str,
+}
+
+/// The sched_ext kernels of the test matrix (docs/lab.md, "Kernels"),
+/// oldest first. Debian 13's backports keep several versions of a kernel;
+/// unstable keeps only its newest, so its entry lasts until the next one.
+pub const SCHED_EXT_KERNELS: &[PinnedKernel] = &[
+    PinnedKernel {
+        version: "6.16.12",
+        suite: "trixie-backports",
+        package: "linux-image-6.16.12+deb13-cloud-amd64",
+        vmlinuz_sha256: "3d4feeefd179bc5f1a5996aaba11b9ad5aa47187dc3406f78d15db1e1b7af764",
+    },
+    PinnedKernel {
+        version: "6.18.15",
+        suite: "trixie-backports",
+        package: "linux-image-6.18.15+deb13-cloud-amd64",
+        vmlinuz_sha256: "fb44deb1b865c78a7157fc6da7e9da7be5e253e056d229b54ba90d13d6df525f",
+    },
+    PinnedKernel {
+        version: "7.2.13",
+        suite: "unstable",
+        package: "linux-image-7.2.13+deb14-cloud-amd64",
+        vmlinuz_sha256: "a1423b5059ed5c2ea8b0391f4cce75572382016d4d431454d92de37b86fe8e72",
+    },
+    PinnedKernel {
+        version: "7.3.4",
+        suite: "trixie-backports",
+        package: "linux-image-7.3.4+deb13-cloud-amd64",
+        vmlinuz_sha256: "7435b9178e91998f4f70774510c4ffad6764a08c64b17f7ef9c4252ea5948932",
+    },
+];
+
+/// The pinned kernel of `version`, or an error listing those there are.
+pub fn pinned(version: &str) -> Result<&'static PinnedKernel> {
+    SCHED_EXT_KERNELS
+        .iter()
+        .find(|k| k.version == version)
+        .ok_or_else(|| LabError::UnknownKernelVersion {
+            version: version.to_string(),
+            known: SCHED_EXT_KERNELS
+                .iter()
+                .map(|k| k.version)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The pinned kernel `k`, cached under `cache_dir()/kernels/VERSION`,
+/// fetched the first time through a private apt configuration for its suite.
+pub fn pinned_kernel(k: &PinnedKernel) -> Result<GuestKernel> {
+    let dir = cache_dir().join("kernels").join(k.version);
+    if let Some(cached) = cached_kernel(&dir) {
+        return Ok(cached);
+    }
+    let need = |source: LabError| LabError::GuestKernel {
+        hint: PINNED_HINT,
+        source: Box::new(source),
+    };
+    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
+    let apt = Apt::private(&dir.join("apt"), k.suite).map_err(need)?;
+    apt.update().map_err(need)?;
+    fetch_sched_ext_kernel(&apt, k.package, &dir, Some(k.vmlinuz_sha256)).map_err(need)
+}
+
+const PINNED_HINT: &str = "the kernel matrix fetches Debian's cloud kernels through a private \
+     apt configuration (the host's sources stay as they are): allow vsched to reach \
+     deb.debian.org; a version Debian no longer carries must leave the matrix \
+     (crates/lab/src/kernel.rs, SCHED_EXT_KERNELS)";
+
+/// A kernel fetched before into `dir`: vmlinuz, config and release.
+fn cached_kernel(dir: &Path) -> Option<GuestKernel> {
+    let image = dir.join("vmlinuz");
+    let config = dir.join("config");
+    let release = std::fs::read_to_string(dir.join("release")).ok()?;
+    (image.is_file() && config.is_file()).then(|| GuestKernel {
+        image,
+        config: Some(KernelConfig {
+            release: release.trim().to_string(),
+            path: config,
+        }),
+    })
+}
+
+/// Downloads `image_pkg` (and the linux-binary-*/linux-base-* packages
+/// newer kernels split it into), checks that it has sched_ext and, with
+/// `sha256`, that its vmlinuz is the one pinned, and caches vmlinuz,
+/// config and release in `dir`.
+fn fetch_sched_ext_kernel(
+    apt: &Apt,
+    image_pkg: &str,
+    dir: &Path,
+    sha256: Option<&str>,
+) -> Result<GuestKernel> {
+    let mut packages = vec![image_pkg.to_string()];
     packages.extend(
-        apt.depends(&image_pkg)
-            .map_err(need)?
+        apt.depends(image_pkg)?
             .into_iter()
             .filter(|p| p.starts_with("linux-binary-") || p.starts_with("linux-base-")),
     );
     let work = dir.join("download");
-    let extracted = apt.download_and_extract(&packages, &work).map_err(need)?;
-    let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?.ok_or_else(|| {
-        need(LabError::KernelPackage(format!(
-            "{packages:?} hold no vmlinuz"
-        )))
-    })?;
-    let (release, found_config) = find_config(&extracted)?.ok_or_else(|| {
-        need(LabError::KernelPackage(format!(
-            "{packages:?} hold no kernel config"
-        )))
-    })?;
+    let extracted = apt.download_and_extract(&packages, &work)?;
+    let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?
+        .ok_or_else(|| LabError::KernelPackage(format!("{packages:?} hold no vmlinuz")))?;
+    if let Some(want) = sha256 {
+        let got = sha256_of(&vmlinuz)?;
+        if got != want {
+            return Err(LabError::KernelPackage(format!(
+                "{image_pkg}'s vmlinuz has SHA-256 {got}, not the pinned {want}: \
+                 Debian rebuilt the package; check it and pin the new checksum"
+            )));
+        }
+    }
+    let (release, found_config) = find_config(&extracted)?
+        .ok_or_else(|| LabError::KernelPackage(format!("{packages:?} hold no kernel config")))?;
     let text =
         std::fs::read_to_string(&found_config).map_err(LabError::io("reading", &found_config))?;
     if !text.lines().any(|l| l.trim() == SCHED_EXT_OPTION) {
-        return Err(need(LabError::KernelPackage(format!(
+        return Err(LabError::KernelPackage(format!(
             "{image_pkg} was built without {SCHED_EXT_OPTION}"
-        ))));
+        )));
     }
+    let (image, config) = (dir.join("vmlinuz"), dir.join("config"));
     install_file(&found_config, &config)?;
     install_file(&vmlinuz, &image)?;
+    let release_file = dir.join("release");
     std::fs::write(&release_file, &release).map_err(LabError::io("writing", &release_file))?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(GuestKernel {
@@ -189,6 +305,20 @@ fn sched_ext_kernel() -> Result<GuestKernel> {
             path: config,
         }),
     })
+}
+
+/// SHA-256 of a file, by coreutils' sha256sum (one call per fetched
+/// kernel does not justify a hashing crate).
+fn sha256_of(path: &Path) -> Result<String> {
+    let out = run(
+        Command::new("sha256sum").arg(path),
+        "sha256sum (Debian package coreutils)",
+    )?;
+    Ok(out
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// apt-get and apt-cache, with the host's configuration or a private one.
@@ -253,7 +383,9 @@ impl Apt {
         Ok(out
             .lines()
             .filter_map(|l| l.trim().strip_prefix("Depends: "))
-            .map(|p| p.trim_matches(|c| c == '<' || c == '>').to_string())
+            // "<name>" is a virtual package: nothing to download by that name.
+            .filter(|p| !p.starts_with('<'))
+            .map(str::to_string)
             .collect())
     }
 

@@ -56,6 +56,10 @@ pub struct Placement {
     /// CPU bandwidth: at most `quota_us` of every `period_us` (cgroup cpu controller).
     pub quota_us: Option<u64>,
     pub period_us: Option<u64>,
+    /// Stop the vCPU's host thread outright (a live migration's stop, a
+    /// long steal) until a later phase lets it run (`freeze`).
+    #[serde(default)]
+    pub frozen: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -118,6 +122,8 @@ pub struct VcpuState {
     pub host_cpu: Option<u32>,
     /// (quota, period) in µs.
     pub bandwidth: Option<(u64, u64)>,
+    /// The host thread is stopped.
+    pub frozen: bool,
 }
 
 impl Layout {
@@ -274,6 +280,7 @@ impl Layout {
                 state[p.id as usize] = VcpuState {
                     host_cpu: p.host_cpu,
                     bandwidth: p.quota_us.zip(p.period_us),
+                    frozen: p.frozen,
                 };
             }
         };

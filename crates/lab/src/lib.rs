@@ -7,6 +7,7 @@
 pub mod check;
 pub mod disturb;
 pub mod error;
+pub mod freeze;
 pub mod host;
 pub mod host_load;
 pub mod initramfs;

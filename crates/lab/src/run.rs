@@ -35,6 +35,9 @@ pub enum Accel {
 #[derive(Debug, Clone)]
 pub struct LabOptions {
     pub kernel: Option<PathBuf>,
+    /// A kernel of the sched_ext matrix (`kernel::SCHED_EXT_KERNELS`)
+    /// instead of the layout's kind.
+    pub kernel_version: Option<String>,
     pub accel: Accel,
     /// The vsched binary to put in the guest.
     pub vsched: PathBuf,
@@ -50,6 +53,7 @@ impl LabOptions {
     pub fn new(vsched: PathBuf) -> LabOptions {
         LabOptions {
             kernel: None,
+            kernel_version: None,
             accel: Accel::Auto,
             vsched,
             qemu: None,
@@ -220,6 +224,8 @@ fn host_steal_ns() -> Vec<u64> {
 struct Guest {
     child: Child,
     bandwidth: Option<Bandwidth>,
+    /// vCPU threads a phase stopped, by vCPU.
+    frozen: Vec<Option<crate::freeze::Frozen>>,
     workdir: PathBuf,
 }
 
@@ -259,14 +265,14 @@ fn kvm_verdict_path(kernel: &Path) -> PathBuf {
     kernel::cache_dir().join(format!("kvm-boots-{len}"))
 }
 
-/// Whether any phase of `layout` places or caps a vCPU: host control that
-/// needs one host thread per vCPU.
+/// Whether any phase of `layout` places, caps or freezes a vCPU: host
+/// control that needs one host thread per vCPU.
 fn pins_or_caps(layout: &Layout) -> bool {
     (0..=layout.phases.len()).any(|p| {
         layout
             .state_at(p)
             .iter()
-            .any(|s| s.host_cpu.is_some() || s.bandwidth.is_some())
+            .any(|s| s.host_cpu.is_some() || s.bandwidth.is_some() || s.frozen)
     })
 }
 
@@ -285,7 +291,11 @@ pub fn run(
         });
     }
     let busybox = kernel::busybox()?;
-    let guest_kernel = kernel::guest_kernel(opts.kernel.as_deref(), layout.kernel)?;
+    let guest_kernel = kernel::guest_kernel(
+        opts.kernel.as_deref(),
+        opts.kernel_version.as_deref(),
+        layout.kernel,
+    )?;
     let kernel_path = guest_kernel.image.clone();
     let needs_bandwidth =
         (0..=layout.phases.len()).any(|p| layout.state_at(p).iter().any(|s| s.bandwidth.is_some()));
@@ -427,6 +437,7 @@ fn boot_and_run(
     let mut guest = Guest {
         child,
         bandwidth: None,
+        frozen: (0..layout.vcpus).map(|_| None).collect(),
         workdir: dir,
     };
 
@@ -475,6 +486,12 @@ fn boot_and_run(
             }
             if let Some(bw) = guest.bandwidth.as_mut() {
                 bw.set(v as u32, tid, s.bandwidth)?;
+            }
+            match (s.frozen, guest.frozen[v].take()) {
+                (true, None) => guest.frozen[v] = Some(crate::freeze::freeze(tid)?),
+                (true, kept) => guest.frozen[v] = kept,
+                (false, Some(f)) => f.thaw()?,
+                (false, None) => {}
             }
         }
         Ok(())

@@ -48,6 +48,8 @@ pub struct Tunables {
     pub ivh_at_tick: bool,
     /// Heartbeat period on busy vCPUs that lose time.
     pub beat_ns: u64,
+    /// Tests only: a BPF runtime error this long after loading (0: never).
+    pub inject_error_after_ns: u64,
 }
 
 impl Default for Tunables {
@@ -63,6 +65,7 @@ impl Default for Tunables {
             ivh_activity_aware: true,
             ivh_at_tick: true,
             beat_ns: DEFAULT_BEAT_NS,
+            inject_error_after_ns: 0,
         }
     }
 }
@@ -102,6 +105,17 @@ impl ExitInfo {
     /// Whether the kernel ejected the scheduler for an error.
     pub fn is_error(&self) -> bool {
         self.kind >= 1024
+    }
+
+    /// Whether the kernel asks the loader to load the scheduler again: it
+    /// ejects every scheduler when a CPU goes offline or comes online
+    /// unless the scheduler handles hotplug itself, and says so with
+    /// `SCX_ECODE_ACT_RESTART` (bits 48-63 of the exit code hold the action,
+    /// 1 is restart; the kernel's `enum scx_exit_code`).
+    pub fn asks_restart(&self) -> bool {
+        const ACT_SHIFT: u32 = 48;
+        const ACT_RESTART: u64 = 1;
+        (self.exit_code as u64) >> ACT_SHIFT == ACT_RESTART
     }
 }
 
@@ -190,6 +204,7 @@ impl<'obj> Scheduler<'obj> {
             rodata.ivh_activity_aware = tunables.ivh_activity_aware;
             rodata.ivh_at_tick = tunables.ivh_at_tick;
             rodata.beat_ns = tunables.beat_ns;
+            rodata.inject_error_after_ns = tunables.inject_error_after_ns;
             rodata.nr_latency_comms = latency_comms.len() as u32;
         }
         // sched_ext ejects a scheduler loaded against a CPU set that changed
@@ -297,6 +312,21 @@ fn c_chars(chars: &[std::os::raw::c_char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hotplug_ejection_asks_for_a_restart_and_an_error_does_not() {
+        let exit = |kind, exit_code| ExitInfo {
+            kind,
+            exit_code,
+            reason: String::new(),
+            message: String::new(),
+        };
+        // SCX_EXIT_UNREG_KERN with SCX_ECODE_RSN_HOTPLUG | SCX_ECODE_ACT_RESTART,
+        // as "cpu 2 going offline" ejects a scheduler.
+        assert!(exit(66, (1 << 32) | (1 << 48)).asks_restart());
+        assert!(!exit(1024, 0).asks_restart());
+        assert!(!exit(65, 0).asks_restart());
+    }
 
     #[test]
     fn a_command_name_is_the_kernels_comm_zero_padded() {

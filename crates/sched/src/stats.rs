@@ -199,6 +199,18 @@ impl Stats {
         }
     }
 
+    /// These counts and `other`'s, added (one session's totals across
+    /// the scheduler's restarts).
+    pub fn plus(&self, other: &Stats) -> Stats {
+        Stats {
+            values: self
+                .values
+                .iter()
+                .map(|&(name, v)| (name, v.saturating_add(other.get(name))))
+                .collect(),
+        }
+    }
+
     pub fn get(&self, name: &str) -> u64 {
         self.values
             .iter()

@@ -42,7 +42,15 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
     for c in commands {
         args.extend(["--cmd", c]);
     }
+    // scripts/test.sh runs the scheduler's tests again on other kernels of
+    // the sched_ext matrix (docs/lab.md, "Kernels"); the layouts of other
+    // kernels (the probe's, a kernel without sched_ext) stay as they are.
     let l = layout(layout_path);
+    let version = std::env::var("VSCHED_TEST_KERNEL_VERSION").ok();
+    let sched_ext = std::fs::read_to_string(&l).is_ok_and(|t| t.contains("kernel = \"sched_ext\""));
+    if let Some(v) = version.as_deref().filter(|_| sched_ext) {
+        args.extend(["--kernel-version", v]);
+    }
     args.push(&l);
     // On QEMU 10 the lab's guests do not panic (docs/lab.md, "The
     // emulator"): a guest kernel panic fails the test, with its console.
@@ -71,4 +79,11 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
             )
         })
         .collect()
+}
+
+/// Waits (in the guest) until sched_ext's state reads `state`, at most 10 s.
+pub fn wait_state(state: &str) -> String {
+    format!(
+        "for i in $(seq 100); do grep -qx {state} /sys/kernel/sched_ext/state && break; sleep 0.1; done"
+    )
 }
