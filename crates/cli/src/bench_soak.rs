@@ -163,9 +163,37 @@ fn print_progress(g: &GuestResult) {
         "{} guest {}: {} cycles, {:.0} s loaded; {what}",
         g.variant, g.index, g.cycles_done, g.loaded_s
     );
+    if let Some(line) = usage_line(&g.usage) {
+        eprintln!("    {line}");
+    }
     for p in &g.problems {
         eprintln!("    problem: {p}");
     }
+}
+
+/// The loader's footprint over the guest's last hold: resident memory first
+/// and last, and its CPU time as a share of one vCPU in the first and the
+/// last interval between reports (growth shows as the two drifting apart).
+fn usage_line(all: &[soak::Usage]) -> Option<String> {
+    let last_cycle = all.last()?.cycle;
+    let usage: Vec<&soak::Usage> = all.iter().filter(|u| u.cycle == last_cycle).collect();
+    let (first, last) = (usage.first()?, usage.last()?);
+    if usage.len() < 3 {
+        return None;
+    }
+    // utime + stime are in USER_HZ ticks, 100 a second on Linux.
+    let share = |a: &soak::Usage, b: &soak::Usage| {
+        let ms = b.at_ms.saturating_sub(a.at_ms).max(1) as f64;
+        100.0 * b.cpu_ticks.saturating_sub(a.cpu_ticks) as f64 * 10.0 / ms
+    };
+    let n = usage.len();
+    Some(format!(
+        "loader: RSS {} kB -> {} kB; CPU {:.1}% of a vCPU in the first interval, {:.1}% in the last",
+        first.rss_kb,
+        last.rss_kb,
+        share(usage[0], usage[1]),
+        share(usage[n - 2], usage[n - 1])
+    ))
 }
 
 fn print_table(r: &SoakReport) {

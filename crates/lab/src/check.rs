@@ -396,7 +396,7 @@ mod tests {
             .iter()
             .map(|&c| VcpuState {
                 host_cpu: Some(c),
-                bandwidth: None,
+                ..VcpuState::default()
             })
             .collect()
     }

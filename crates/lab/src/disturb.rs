@@ -227,6 +227,7 @@ mod tests {
         VcpuState {
             host_cpu: Some(host),
             bandwidth: bw,
+            frozen: false,
         }
     }
 

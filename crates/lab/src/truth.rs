@@ -374,6 +374,7 @@ mod tests {
         VcpuState {
             host_cpu: host,
             bandwidth: bw,
+            frozen: false,
         }
     }
 

@@ -14,6 +14,8 @@ pub enum SchedError {
     NoSchedExt(PathBuf),
     #[error("loading a sched_ext scheduler needs root (CAP_SYS_ADMIN and CAP_BPF)")]
     NotRoot,
+    #[error("this kernel is Linux {release}; vsched's scheduler needs Linux {min} or later (sched_ext as merged upstream, which its BPF side is written against)")]
+    KernelTooOld { release: String, min: &'static str },
     #[error(
         "another sched_ext scheduler ({0}) is loaded; stop it first (only one can run at a time)"
     )]

@@ -42,10 +42,39 @@ pub fn state(sysfs_root: &Path) -> Result<State, SchedError> {
     Ok(State::Busy { state, ops })
 }
 
+/// The oldest kernel the BPF side can load on: sched_ext was merged in
+/// 6.12, and the kfuncs renamed or added since are reached through the
+/// scx headers' compatibility wrappers. The lab tests it on Debian's
+/// 6.16.12 to 7.3.4 (docs/lab.md, "Kernels").
+pub const MIN_KERNEL: (u32, u32) = (6, 12);
+
+/// (major, minor) of a kernel release ("6.16.12+deb13-cloud-amd64").
+pub fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Refuses a kernel older than [`MIN_KERNEL`] (one with a sched_ext
+/// backported from before it was merged, say), naming the minimum.
+pub fn check_release(release: &str) -> Result<(), SchedError> {
+    match release_version(release) {
+        Some(v) if v < MIN_KERNEL => Err(SchedError::KernelTooOld {
+            release: release.trim().to_string(),
+            min: "6.12",
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Everything that must hold before a load is tried, in the order a user
 /// would fix them: kernel support, privileges, a free slot.
 pub fn check() -> Result<(), SchedError> {
     let st = state(Path::new("/"))?;
+    if let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        check_release(&release)?;
+    }
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Err(SchedError::NotRoot);
@@ -82,6 +111,21 @@ mod tests {
         assert!(matches!(err, SchedError::NoSchedExt(_)));
         let text = err.to_string();
         assert!(text.contains("CONFIG_SCHED_CLASS_EXT") && text.contains("vsched probe"));
+    }
+
+    #[test]
+    fn a_kernel_older_than_sched_ext_upstream_is_refused_by_its_minimum() {
+        assert_eq!(release_version("6.16.12+deb13-cloud-amd64"), Some((6, 16)));
+        assert_eq!(release_version("7.3.4+deb13-cloud-amd64\n"), Some((7, 3)));
+        assert!(check_release("6.12.0").is_ok());
+        assert!(check_release("7.2.13+deb14-cloud-amd64").is_ok());
+        let err = check_release("6.6.30-backport").unwrap_err().to_string();
+        assert!(
+            err.contains("6.6.30-backport") && err.contains("6.12"),
+            "{err}"
+        );
+        // An unreadable release is not a reason to refuse.
+        assert!(check_release("weird").is_ok());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 mod script;
 
-pub use script::{guest_script, parse, GuestLog, Loader, WorkCount};
+pub use script::{guest_script, parse, GuestLog, Loader, Usage, WorkCount};
 
 use crate::cprogram::CProgram;
 use crate::BenchError;
@@ -113,6 +113,9 @@ pub struct GuestResult {
     /// Median time from starting the loader to sched_ext enabled.
     pub median_load_s: Option<f64>,
     pub work: Vec<WorkCount>,
+    /// The loader's memory and CPU time over each hold (long holds: every
+    /// minute), to see whether anything grows.
+    pub usage: Vec<Usage>,
     /// What went wrong short of a panic: cycles that failed, workload runs
     /// that failed, kernel complaints in dmesg.
     pub problems: Vec<String>,
@@ -360,6 +363,7 @@ fn guest_result(
         cycles_failed: bad_cycles.len(),
         loaded_s: loaded_ms as f64 / 1e3,
         work: log.work,
+        usage: log.usage,
         problems,
     }
 }

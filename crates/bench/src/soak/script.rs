@@ -50,11 +50,12 @@ pub fn guest_script(loader: &Loader, cycles: usize, hold_s: f64) -> String {
                  {cmd} >/tmp/soak/loader.log 2>&1 & S=$!\n\
                  if wait_state enabled; then st=enabled; else st=not-enabled; fi\n\
                  echo \"{MARK} loaded {i} $st $(ms)\"\n\
-                 sleep {hold_s}\n\
+                 {hold}\
                  kill -INT $S 2>/dev/null; wait $S; rc=$?\n\
                  wait_state disabled || st=still-$(cat /sys/kernel/sched_ext/state)\n\
                  echo \"{MARK} cycle {i} state=$st exit=$rc $(ms)\"\n\
-                 [ $rc -eq 0 ] || sed 's/^/{MARK} loader-said /' /tmp/soak/loader.log | tail -5\n"
+                 [ $rc -eq 0 ] || sed 's/^/{MARK} loader-said /' /tmp/soak/loader.log | tail -5\n",
+                hold = hold_reporting_usage(hold_s),
             )),
         }
         // A moment under the default scheduler between cycles, so that
@@ -67,6 +68,28 @@ pub fn guest_script(loader: &Loader, cycles: usize, hold_s: f64) -> String {
          dmesg | grep -E 'BUG:|WARNING:|Oops|Call Trace|sched_ext|stall|lockup|hung task' | sed 's/^/{MARK} dmesg /'\n\
          echo \"{MARK} end $(ms)\"\n"
     ));
+    s
+}
+
+/// How often a long hold reports the loader's memory and CPU time: enough
+/// points to see growth over an hour, few enough to read.
+const USAGE_EVERY_S: f64 = 60.0;
+
+/// Sleeping `hold_s` with the loader's ($S) resident memory and CPU time
+/// reported at its start and every [`USAGE_EVERY_S`]: "@@soak usage
+/// UPTIME_MS RSS_KB CPU_TICKS" (utime + stime, at USER_HZ = 100).
+fn hold_reporting_usage(hold_s: f64) -> String {
+    let usage = format!(
+        "echo \"{MARK} usage $(ms) $(awk '/^VmRSS/ {{print $2}}' /proc/$S/status 2>/dev/null || echo 0) $(awk '{{print $14 + $15}}' /proc/$S/stat 2>/dev/null || echo 0)\"\n"
+    );
+    let mut s = usage.clone();
+    let mut left = hold_s;
+    while left > 0.0 {
+        let step = left.min(USAGE_EVERY_S);
+        s.push_str(&format!("sleep {step}\n"));
+        s.push_str(&usage);
+        left -= step;
+    }
     s
 }
 
@@ -100,8 +123,21 @@ pub struct GuestLog {
     pub dmesg: Vec<String>,
     /// The loader's last lines when it did not exit 0.
     pub loader_said: Vec<String>,
+    /// The loader's resident memory and CPU time while it was loaded.
+    pub usage: Vec<Usage>,
     /// Whether the script reached its end.
     pub ended: bool,
+}
+
+/// The loader's footprint at one moment (guest clock).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Usage {
+    /// The cycle whose loader this is.
+    pub cycle: usize,
+    pub at_ms: u64,
+    pub rss_kb: u64,
+    /// utime + stime, in clock ticks (USER_HZ, 100 a second).
+    pub cpu_ticks: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -200,6 +236,18 @@ pub fn parse(output: &str) -> GuestLog {
             Some("loader-said") => log
                 .loader_said
                 .push(rest["loader-said".len()..].trim().to_string()),
+            Some("usage") => {
+                let f: Vec<u64> = w.filter_map(|x| x.parse().ok()).collect();
+                if let ([at_ms, rss_kb, cpu_ticks], Some((cycle, _))) = (&f[..], log.open_cycle) {
+                    let (at_ms, rss_kb, cpu_ticks) = (*at_ms, *rss_kb, *cpu_ticks);
+                    log.usage.push(Usage {
+                        cycle,
+                        at_ms,
+                        rss_kb,
+                        cpu_ticks,
+                    });
+                }
+            }
             Some("end") => log.ended = true,
             _ => {}
         }
@@ -224,6 +272,8 @@ mod tests {
                    @@soak started 1000\n\
                    @@soak load 0 1000\n\
                    @@soak loaded 0 enabled 1400\n\
+                   @@soak usage 1450 5120 3\n\
+                   @@soak usage 5350 5124 41\n\
                    @@soak cycle 0 state=enabled exit=0 5400\n\
                    @@soak load 1 5900\n\
                    @@soak loaded 1 enabled 6100\n\
@@ -245,6 +295,7 @@ mod tests {
         assert_eq!(log.open_cycle, None);
         assert_eq!(log.work[1].failed, 1);
         assert_eq!(log.loader_said.len(), 1);
+        assert_eq!(log.usage[1].cpu_ticks, 41);
         assert!(!is_complaint(&log.dmesg[0]));
         assert!(is_complaint(
             "[ 9.0] sched_ext: BPF scheduler \"vsched\" disabled (runtime error)"
@@ -270,6 +321,10 @@ mod tests {
         );
         assert_eq!(s.matches("kill -INT $S").count(), 3);
         assert!(s.contains("touch stop; wait"));
+        // A long hold reports the loader's footprint every minute.
+        let long = guest_script(&Loader::Command("x".into()), 1, 150.0);
+        assert_eq!(long.matches("@@soak usage").count(), 4);
+        assert!(long.contains("sleep 60\n") && long.contains("sleep 30\n"));
         let control = guest_script(&Loader::None, 2, 2.0);
         assert!(!control.contains("kill -INT"));
         assert_eq!(control.matches("sleep 2\n").count(), 2);
