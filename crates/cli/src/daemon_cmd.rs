@@ -227,10 +227,9 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         Arc::clone(&latest),
         format!("http://{bound}/metrics"),
     )?;
-    let mut object = MaybeUninit::uninit();
     let sched = if args.sched {
         preflight::check()?;
-        let s = Scheduler::attach(&mut object, Tunables::default(), possible_cpus(), &[])?;
+        let s = attach_scheduler()?;
         eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
         Some(s)
     } else {
@@ -242,6 +241,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         rwc,
         sched,
         counted: Stats::default(),
+        reloads: 0,
     };
     let (reports_tx, reports) = mpsc::channel();
     let watch = WatchConfig {
@@ -323,16 +323,32 @@ fn serve_status(
 
 /// What the main loop acts on: each probe report goes to the metrics, to
 /// user-space RWC, to the scheduler and to what the status socket shows.
-struct Running<'obj> {
+struct Running {
     metrics: Arc<Metrics>,
     latest: Arc<Mutex<Latest>>,
     rwc: Option<CpusetRwc>,
-    sched: Option<Scheduler<'obj>>,
+    sched: Option<Scheduler<'static>>,
     /// The scheduler's counters as last put into the metrics.
     counted: Stats,
+    /// Reloads after the kernel's hotplug ejections.
+    reloads: u32,
 }
 
-impl Running<'_> {
+/// Loads the scheduler. Its BPF object's storage lives as long as the
+/// daemon (a reload after a hotplug ejection needs a fresh one while the
+/// daemon's state borrows the loaded one): one small allocation per load,
+/// at most `MAX_HOTPLUG_RELOADS` + 1 of them.
+fn attach_scheduler() -> Result<Scheduler<'static>> {
+    let object = Box::leak(Box::new(MaybeUninit::uninit()));
+    Ok(Scheduler::attach(
+        object,
+        Tunables::default(),
+        possible_cpus(),
+        &[],
+    )?)
+}
+
+impl Running {
     fn take(&mut self, r: ProbeReport) -> Result<()> {
         self.metrics
             .update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
@@ -371,11 +387,37 @@ impl Running<'_> {
         Ok(())
     }
 
-    /// If the kernel ejected the scheduler: say why and go on without it.
+    /// If the kernel ejected the scheduler: load it again if the kernel
+    /// asks (a vCPU went offline or came online), else say why and go on
+    /// without it.
     fn notice_ejection(&mut self) {
         let Some(info) = self.sched.as_ref().and_then(|s| s.exit_info()) else {
             return;
         };
+        if info.asks_restart() && self.reloads < vsched_sched::MAX_HOTPLUG_RELOADS {
+            if let Some(s) = self.sched.take() {
+                s.detach();
+            }
+            self.reloads += 1;
+            eprintln!(
+                "vsched daemon: the kernel unloaded the scheduler ({}); loading it again (restart {})",
+                info.message, self.reloads
+            );
+            match attach_scheduler() {
+                Ok(s) => {
+                    // The new instance's counters start from zero.
+                    self.counted = Stats::default();
+                    let guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(r) = &guard.report {
+                        let _ = s.update_model(&vsched_sched::model::from_report(r, true));
+                    }
+                    drop(guard);
+                    self.sched = Some(s);
+                    return;
+                }
+                Err(e) => eprintln!("vsched daemon: loading the scheduler again failed: {e:#}"),
+            }
+        }
         eprintln!(
             "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
             info.reason, info.kind, info.message

@@ -315,7 +315,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             // ejects a scheduler that does not handle hotplug and asks for
             // it again. Reloading is what keeps vsched on a resized VM; a
             // kernel that kept asking would be a loop, hence the bound.
-            Some(e) if e.asks_restart() && restarts < MAX_RESTARTS => {
+            Some(e) if e.asks_restart() && restarts < vsched_sched::MAX_HOTPLUG_RELOADS => {
                 restarts += 1;
                 eprintln!(
                     "vsched sched: the kernel unloaded the scheduler ({}); loading it again (restart {restarts})",
@@ -394,11 +394,6 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         (None, None) => 0,
     })
 }
-
-/// Reloads after hotplug ejections in one run. A resize takes a vCPU
-/// offline or online one at a time, each an ejection; 64 covers resizing
-/// a large VM several times while bounding a kernel that keeps asking.
-const MAX_RESTARTS: u32 = 64;
 
 /// "vCPU 0 1024, vCPU 1 512 hidden (stacked)".
 fn describe(models: &[vsched_sched::VcpuModel]) -> String {

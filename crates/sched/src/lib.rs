@@ -23,6 +23,6 @@ mod bpf_intf;
 mod bpf_skel;
 
 pub use error::SchedError;
-pub use loader::{ExitInfo, Scheduler, Tunables};
+pub use loader::{ExitInfo, Scheduler, Tunables, MAX_HOTPLUG_RELOADS};
 pub use model::{VcpuModel, Visibility};
 pub use stats::Stats;

@@ -90,6 +90,12 @@ pub const MAX_LATENCY_COMMS: usize = 64;
 /// default scheduler gives a few ms too (base slice 0.75-3 ms by CPU count).
 pub const DEFAULT_SLICE_NS: u64 = 3_000_000;
 
+/// Reloads after hotplug ejections in one run of a loader. A resize takes
+/// vCPUs offline or online one at a time, each an ejection; 64 covers
+/// resizing a large VM several times while bounding a kernel that keeps
+/// asking.
+pub const MAX_HOTPLUG_RELOADS: u32 = 64;
+
 /// Why the kernel stopped the scheduler (sched_ext's exit info).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ExitInfo {
