@@ -1,5 +1,6 @@
-//! `vsched sched` under the faults a cloud VM sees, in lab guests with
-//! sched_ext: vCPUs going offline and online (a resize), a vCPU stopped
+//! `vsched sched` (and `vsched daemon --sched`) under the faults a cloud
+//! VM sees, in lab guests with sched_ext: vCPUs going offline and online
+//! (a resize), a vCPU stopped
 //! outright for seconds (a live migration's stop, a long steal), a BPF
 //! runtime error, and a storm of forks, cgroups, real-time and pinned
 //! tasks beside it. Each ends with every workload finished and the
@@ -64,6 +65,25 @@ fn reloads_itself_while_vcpus_go_offline_and_come_back() {
     );
     assert!(text.contains("@state enabled"), "loaded at the end: {text}");
     assert!(text.contains("@loader exit 0"), "{text}");
+}
+
+/// `vsched daemon --sched` reloads its scheduler the same way.
+#[test]
+fn the_daemon_reloads_its_scheduler_after_a_vcpu_goes_offline() {
+    let _guard = common::serial();
+    let cmd = format!(
+        "vsched daemon --sched 2>/tmp/d.log & D=$!; {enabled}; sleep 2; \
+         echo 0 > /sys/devices/system/cpu/cpu2/online; sleep 1; echo 1 > /sys/devices/system/cpu/cpu2/online; \
+         for i in $(seq 300); do grep -q 'restart' /tmp/d.log && grep -qx enabled /sys/kernel/sched_ext/state && break; sleep 0.1; done; \
+         echo \"@state $(cat /sys/kernel/sched_ext/state)\"; \
+         kill -TERM $D; wait $D; echo \"@exit $?\"; cat /tmp/d.log",
+        enabled = wait_state("enabled"),
+    );
+    let out = run_in_guest("sched/stacked-pair", &[&cmd]);
+    let (_, text) = &out[0];
+    assert!(text.contains("loading it again"), "reloaded: {text}");
+    assert!(text.contains("@state enabled"), "loaded again: {text}");
+    assert!(text.contains("@exit 0"), "{text}");
 }
 
 /// lab/sched/frozen-vcpu.toml stops vCPU 1's host thread for 8 s, 14 s
