@@ -36,6 +36,7 @@ fi
 if [ "${ID:-}" = debian ] && [ "${VERSION_ID:-}" = 12 ]; then
   echo "== installing QEMU $min_major+ from bookworm-backports (private apt configuration)"
   private=$(mktemp -d)
+  chmod 755 "$private"  # apt downloads as its own user, _apt
   trap 'rm -rf "$private"' EXIT
   mkdir -p "$private/lists/partial"
   keyring=/usr/share/keyrings/debian-archive-keyring.gpg
