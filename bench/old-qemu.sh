@@ -14,7 +14,8 @@ if [ ! -x "$wrapper" ]; then
   # firmware, whatever the latest 7.2 build is.
   packages=()
   for p in qemu-system-x86 qemu-system-common qemu-system-data; do
-    v=$(apt-cache madison "$p" | awk '$3 ~ /^1:7\.2/ {print $3; exit}')
+    # awk reads to the end: an early exit would break apt-cache's pipe.
+    v=$(apt-cache madison "$p" | awk '$3 ~ /^1:7\.2/ && v == "" {v = $3} END {print v}')
     [ -n "$v" ] || { echo "no QEMU 7.2 ($p) in this host's apt sources" >&2; exit 1; }
     packages+=("$p=$v")
   done

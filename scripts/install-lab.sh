@@ -12,21 +12,30 @@ set -euo pipefail
 
 min_major=10
 
+# The installed QEMU's major version; 0 when there is none or it says no
+# version we can read.
 qemu_major() {
-  command -v qemu-system-x86_64 >/dev/null 2>&1 || { echo 0; return; }
-  qemu-system-x86_64 --version | sed -n '1s/.*version \([0-9]*\)\..*/\1/p'
+  local m=""
+  if command -v qemu-system-x86_64 >/dev/null 2>&1; then
+    m=$(qemu-system-x86_64 --version 2>/dev/null | sed -n '1s/.*version \([0-9]*\)\..*/\1/p' || true)
+  fi
+  echo "${m:-0}"
 }
 
 apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
+have_busybox() { [ -x /bin/busybox ] || [ -x /usr/bin/busybox ]; }
+if have_busybox && [ "$(qemu_major)" -ge "$min_major" ]; then
+  exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "vsched: installing the lab's QEMU and busybox needs root" >&2
+  echo "vsched: the lab needs QEMU $min_major+ and busybox-static; installing them needs root" >&2
   exit 1
 fi
 
-[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || { apt-get update -qq; apt_install busybox-static; }
+have_busybox || { apt-get update -qq; apt_install busybox-static; }
 
 if [ "$(qemu_major)" -ge "$min_major" ]; then
   exit 0

@@ -205,27 +205,10 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     signals::catch();
     let started = Instant::now();
     let (reports_tx, reports) = mpsc::channel();
-    let prober = (!args.no_probe)
-        .then(|| {
-            let defaults = WatchConfig::new(args.probe_interval);
-            let watch = WatchConfig {
-                windows: Windows {
-                    light: args.light_window,
-                    ..defaults.windows
-                },
-                // RWC hides stacked vCPUs (only a topology check gives
-                // one back) and IVH prefers targets on a free host CPU:
-                // both read the stacking.
-                recheck_stacked: tunables.rwc || tunables.ivh,
-                ..defaults
-            };
-            std::thread::Builder::new()
-                .name("vsched-probe".into())
-                .spawn(move || vsched_probe::watch::feed_reports(watch, reports_tx))
-        })
-        .transpose()
-        .context("starting the probers")?;
-    let mut child = spawn_program(&args.program)?;
+    // Moved into the probers' thread once the scheduler first loaded.
+    let mut reports_tx = Some(reports_tx);
+    let mut prober = None;
+    let mut child = None;
 
     let mut model_updates = 0u64;
     let mut last_model = Vec::new();
@@ -235,9 +218,24 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     // starts the BPF side's counters from zero).
     let mut earlier_totals: Option<Stats> = None;
     let mut restarts = 0u32;
+    // Why the kernel last unloaded it, while a reload is under way.
+    let mut reloading_after: Option<vsched_sched::ExitInfo> = None;
     let (ejected, totals) = loop {
         let mut object = MaybeUninit::uninit();
-        let sched = Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)?;
+        let sched = match Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)
+        {
+            Ok(s) => s,
+            // A reload that fails leaves the kernel's scheduler in charge,
+            // as an ejection does: the program, if any, runs on.
+            Err(e) if restarts > 0 => {
+                eprintln!("vsched sched: loading the scheduler again failed: {e:#}");
+                break (
+                    reloading_after.take(),
+                    earlier_totals.take().unwrap_or_default(),
+                );
+            }
+            Err(e) => return Err(e.into()),
+        };
         if restarts == 0 {
             eprintln!(
                 "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
@@ -247,6 +245,12 @@ pub fn run(args: SchedArgs) -> Result<u8> {
                 on_off(tunables.ivh),
                 on_off(!args.no_probe)
             );
+            // The probers and the program start once the scheduler runs.
+            let tx = reports_tx
+                .take()
+                .expect("the first attachment starts the probers");
+            prober = start_probers(&args, tunables, tx)?;
+            child = spawn_program(&args.program)?;
         } else if !last_model.is_empty() {
             // The model the probers gave last, at once: the next report
             // may be a second away.
@@ -322,6 +326,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
                     e.message
                 );
                 earlier_totals = Some(totals);
+                reloading_after = ejected;
             }
             _ => break (ejected, totals),
         }
@@ -334,8 +339,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
                 "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
                 e.reason, e.message
             );
-            let status = c.wait().context("waiting for the program")?;
-            program_exit_code = Some(exit_code(status));
+            program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
         }
     }
     drop(reports);
@@ -393,6 +397,35 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         (None, Some(_)) => 1,
         (None, None) => 0,
     })
+}
+
+/// Starts the probers' thread (unless `--no-probe`), sending its reports
+/// to `reports_tx`.
+fn start_probers(
+    args: &SchedArgs,
+    tunables: Tunables,
+    reports_tx: mpsc::Sender<vsched_model::report::ProbeReport>,
+) -> Result<Option<std::thread::JoinHandle<()>>> {
+    (!args.no_probe)
+        .then(|| {
+            let defaults = WatchConfig::new(args.probe_interval);
+            let watch = WatchConfig {
+                windows: Windows {
+                    light: args.light_window,
+                    ..defaults.windows
+                },
+                // RWC hides stacked vCPUs (only a topology check gives
+                // one back) and IVH prefers targets on a free host CPU:
+                // both read the stacking.
+                recheck_stacked: tunables.rwc || tunables.ivh,
+                ..defaults
+            };
+            std::thread::Builder::new()
+                .name("vsched-probe".into())
+                .spawn(move || vsched_probe::watch::feed_reports(watch, reports_tx))
+        })
+        .transpose()
+        .context("starting the probers")
 }
 
 /// "vCPU 0 1024, vCPU 1 512 hidden (stacked)".
@@ -465,6 +498,23 @@ pub(crate) fn possible_cpus() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
     n.max(1) as usize
+}
+
+/// Waits for `child`, passing SIGTERM on when vsched is asked to stop
+/// (Ctrl-C reaches the program from the terminal by itself).
+fn wait_forwarding_stop(child: &mut Child) -> Result<std::process::ExitStatus> {
+    let mut forwarded = false;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for the program")? {
+            return Ok(status);
+        }
+        if signals::stopped() && !forwarded {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            forwarded = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn spawn_program(program: &[String]) -> Result<Option<Child>> {

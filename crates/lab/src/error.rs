@@ -30,7 +30,7 @@ pub enum LabError {
     LayoutText(#[from] LayoutError),
 
     /// A host tool the lab needs is not installed.
-    #[error("{tool} is missing: install it with `{install}`")]
+    #[error("{tool} is missing: {install}")]
     MissingTool {
         tool: &'static str,
         install: &'static str,
@@ -47,7 +47,7 @@ pub enum LabError {
         min_major: u32,
         hint: &'static str,
     },
-    #[error("layout {layout} pins or caps vCPUs, which single-threaded TCG (one host thread for every vCPU) cannot do: use --accel tcg")]
+    #[error("layout {layout} pins, caps or freezes vCPUs, which single-threaded TCG (one host thread for every vCPU) cannot do: use --accel tcg")]
     SingleThreadedLayout { layout: String },
     /// An extra binary named like a busybox applet that no shell function
     /// can shadow (the name has characters a function name cannot).

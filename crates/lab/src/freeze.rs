@@ -41,7 +41,10 @@ pub fn freeze(tid: i32) -> Result<Frozen> {
     let mut status = 0;
     // SAFETY: status is a valid out-pointer; __WALL waits for a thread.
     if unsafe { libc::waitpid(tid, &mut status, libc::__WALL) } != tid {
-        return Err(os("waiting for"));
+        let err = os("waiting for");
+        // SAFETY: as above; never leave the thread seized.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+        return Err(err);
     }
     if !libc::WIFSTOPPED(status) {
         return Err(LabError::Os {

@@ -153,6 +153,13 @@ fn applets_of(busybox: &Path) -> Result<Vec<String>> {
             program: busybox.display().to_string(),
             source,
         })?;
+    if !out.status.success() {
+        // Without the list, extra binaries would silently lose to applets.
+        return Err(LabError::ToolFailed {
+            what: "busybox --list",
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
     Ok(String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .map(str::to_string)

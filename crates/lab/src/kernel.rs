@@ -504,6 +504,7 @@ pub fn busybox() -> Result<PathBuf> {
     }
     Err(LabError::MissingTool {
         tool: "busybox",
-        install: "apt-get install busybox-static",
+        install:
+            "install it with `apt-get install busybox-static` (or `bash scripts/install-lab.sh`)",
     })
 }

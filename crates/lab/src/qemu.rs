@@ -18,7 +18,8 @@ use std::process::Command;
 pub const MIN_MAJOR: u32 = 10;
 
 /// How to get a QEMU new enough, for the refusal's message.
-pub const UPGRADE_HINT: &str = "Debian 13 and later: `apt-get install qemu-system-x86`; \
+pub const UPGRADE_HINT: &str =
+    "to install it, on Debian 13 and later: `apt-get install qemu-system-x86`; \
      Debian 12: install it from bookworm-backports (`bash scripts/install-lab.sh` \
      in a vsched checkout does that through a private apt configuration, \
      leaving the host's sources as they are)";
@@ -144,13 +145,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vsched-qemu-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fake = dir.join("qemu-system-x86_64");
+        // Written under another name and renamed: a file still open for
+        // writing when another test thread forks cannot be executed
+        // (ETXTBSY).
+        let partial = dir.join("partial");
         std::fs::write(
-            &fake,
+            &partial,
             "#!/bin/sh\necho 'QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b3)'\n",
         )
         .unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            &partial,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::rename(&partial, &fake).unwrap();
         let err = find(Some(&fake), false).unwrap_err().to_string();
         assert!(
             err.contains("7.2.19") && err.contains("bookworm-backports"),

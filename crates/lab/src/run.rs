@@ -229,8 +229,20 @@ struct Guest {
     workdir: PathBuf,
 }
 
+impl Guest {
+    /// Lets every frozen vCPU thread run again. Needed before waiting for
+    /// QEMU: a thread we trace cannot finish exiting until we let it go,
+    /// and QEMU's shutdown waits for every vCPU.
+    fn thaw_all(&mut self) {
+        for f in self.frozen.iter_mut().filter_map(Option::take) {
+            let _ = f.thaw();
+        }
+    }
+}
+
 impl Drop for Guest {
     fn drop(&mut self) {
+        self.thaw_all();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(bw) = &mut self.bandwidth {
@@ -576,6 +588,7 @@ fn boot_and_run(
             Ok(l) => l,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
+                guest.thaw_all();
                 let status = guest
                     .child
                     .wait()
@@ -664,6 +677,7 @@ fn boot_and_run(
             _ => {}
         }
     }
+    guest.thaw_all();
     let _ = guest.child.wait();
     timeline_stop.store(true, Ordering::Relaxed);
     let timeline = timeline

@@ -172,8 +172,11 @@ pub struct VariantSummary {
     pub command: Option<String>,
     pub guests: usize,
     pub panics: usize,
-    /// Panics per cycle begun (a panicking guest's last cycle counts).
+    /// Panics in a cycle per cycle begun (a panicking guest's last cycle
+    /// counts).
     pub panic_rate_per_cycle: Rate,
+    /// Panics while booting, starting the workload or between cycles.
+    pub panics_outside_cycles: usize,
     /// Panics per guest.
     pub panic_rate_per_guest: Rate,
     pub cycles_done: usize,
@@ -378,14 +381,27 @@ fn summarize(variant: &Variant, guests: &[GuestResult]) -> VariantSummary {
         .copied()
         .filter(|g| matches!(g.outcome, GuestOutcome::Panicked { .. }))
         .collect();
-    // A panicking guest's interrupted cycle was begun: it counts as a trial.
-    let cycles_begun: usize = mine.iter().map(|g| g.cycles_done).sum::<usize>() + panics.len();
+    // A panic in a cycle ends a cycle begun, which counts as a trial; a
+    // panic before the first cycle (while booting or starting the
+    // workload) or between cycles is counted per guest only.
+    let in_cycle = |g: &&&GuestResult| {
+        matches!(
+            g.outcome,
+            GuestOutcome::Panicked {
+                in_cycle: Some(_),
+                ..
+            }
+        )
+    };
+    let cycle_panics = panics.iter().filter(in_cycle).count();
+    let cycles_begun: usize = mine.iter().map(|g| g.cycles_done).sum::<usize>() + cycle_panics;
     VariantSummary {
         variant: variant.name.clone(),
         command: variant.command.clone(),
         guests: mine.len(),
         panics: panics.len(),
-        panic_rate_per_cycle: Rate::wilson(panics.len(), cycles_begun),
+        panic_rate_per_cycle: Rate::wilson(cycle_panics, cycles_begun),
+        panics_outside_cycles: panics.len() - cycle_panics,
         panic_rate_per_guest: Rate::wilson(panics.len(), mine.len()),
         cycles_done: mine.iter().map(|g| g.cycles_done).sum(),
         cycles_failed: mine.iter().map(|g| g.cycles_failed).sum(),
