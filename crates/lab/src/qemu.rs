@@ -1,14 +1,13 @@
 //! The QEMU the lab boots its guests with: found, and its version checked.
 //!
-//! Older QEMU crashes sched_ext guests. With Debian 12's QEMU 7.2, 2-vCPU
-//! guests loading and unloading a sched_ext scheduler six times each
-//! panicked in 2-3 of every 6-12 (`vsched sched` and its FIFO reference
-//! mode alike, on Debian's 6.18, 7.2 and 7.3 kernels), and some guests
-//! panicked while booting, at instructions the kernel patches while it
-//! runs; with QEMU 10.0.2 none did in 32 guests and 192 cycles
-//! (docs/lab.md, "The emulator"). So the lab refuses a QEMU older than
-//! [`MIN_MAJOR`] unless asked to run one anyway (the soak benchmark's
-//! evidence for this rule is measured that way).
+//! Older QEMU crashes sched_ext guests: with Debian 12's QEMU 7.2, guests
+//! that load and unload a sched_ext scheduler panic now and then (vsched
+//! and its FIFO reference mode alike, on Debian's 6.18, 7.2 and 7.3
+//! kernels), some while booting, at instructions the kernel patches while
+//! it runs; with QEMU 10 the same soak has not panicked a guest
+//! (docs/lab.md, "The emulator"; docs/benchmarks.md, "Soak"). So the lab
+//! refuses a QEMU older than [`MIN_MAJOR`] unless asked to run one anyway
+//! (the soak's evidence for this rule is measured that way).
 
 use crate::error::{LabError, Result};
 use std::path::{Path, PathBuf};
