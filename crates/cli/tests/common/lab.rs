@@ -1,6 +1,7 @@
 //! Lab guests for the integration tests: layouts from lab/, the
 //! scheduler benchmark's workload program carried into a guest, and the
-//! output of guest commands (a guest kernel panic fails the test).
+//! output of guest commands (a guest kernel panic during them fails the
+//! test).
 
 use super::vsched;
 use serde_json::Value;
@@ -35,6 +36,11 @@ pub fn layout_with_schedbench(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Boots again after a guest kernel panic at boot, per `run_in_guest`:
+/// seen once in about 80 QEMU 10 guests here, so two in a row would be
+/// news.
+const BOOT_PANIC_RETRIES: usize = 2;
+
 /// Output of each guest command, in order, from `lab run --json` of
 /// `layout` with `commands` in place of the layout's.
 pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, String)> {
@@ -52,9 +58,28 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
         args.extend(["--kernel-version", v]);
     }
     args.push(&l);
-    // On QEMU 10 the lab's guests do not panic (docs/lab.md, "The
-    // emulator"): a guest kernel panic fails the test, with its console.
-    let out = vsched(&args);
+    // A guest kernel panic while the commands ran fails the test, with its
+    // console. One while booting, before any command (so before any of
+    // vsched's code ran in the guest), is the emulator's: QEMU 10 still
+    // panics a guest now and then at boot, mid-way through an instruction
+    // the kernel patches (docs/lab.md, "The emulator"); the guest is
+    // booted again, at most BOOT_PANIC_RETRIES times, each noted.
+    let mut out = vsched(&args);
+    for _ in 0..BOOT_PANIC_RETRIES {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !stderr.contains("guest kernel panicked while booting") {
+            break;
+        }
+        let rip = stderr
+            .lines()
+            .find(|l| l.contains("RIP:"))
+            .unwrap_or_default();
+        super::note(
+            layout_path,
+            &format!("the guest kernel panicked while booting ({rip}); booted again"),
+        );
+        out = vsched(&args);
+    }
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("guest kernel panicked"),
