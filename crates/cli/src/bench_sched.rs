@@ -56,7 +56,7 @@ WHAT IT RUNS
   time, or p95 latency; lower is better for both). Under TCG emulation every
   scheduler callback and context switch is emulated too (docs/sched.md).
 
-  Needs what the lab needs (root, qemu-system-x86, busybox-static) and a C
+  Needs what the lab needs (root, QEMU 10 or newer, busybox-static) and a C
   compiler.
 
 EXAMPLES

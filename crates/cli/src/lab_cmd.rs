@@ -20,9 +20,11 @@ pub enum LabCommand {
 #[command(after_long_help = "\
 Layouts are TOML files (see docs/lab.md and lab/layouts/): vCPU count, memory,
 per-vCPU host CPU (two vCPUs on one host CPU are stacked), per-vCPU bandwidth
-(quota_us/period_us), phases that change these at given times, and commands.
-Needs root (pinning QEMU's threads, cgroups), qemu-system-x86 and busybox-static;
-the guest kernel is Debian's linux-image-cloud-amd64, fetched once and cached.
+(quota_us/period_us, or frozen), phases that change these at given times, and
+commands. Needs root (pinning QEMU's threads, cgroups), QEMU 10 or newer and
+busybox-static (scripts/install-lab.sh installs both); the guest kernel is
+Debian's linux-image-cloud-amd64 (sched_ext layouts: Debian's newest, or one
+of the tested matrix with --kernel-version), fetched once and cached.
 
 Exit status: 0 commands succeeded / check passed; 1 a guest command failed /
 check failed; 2 the lab could not run; 3 (check) DISTURBED: host steal or

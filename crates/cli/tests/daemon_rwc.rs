@@ -5,7 +5,7 @@
 //! after SIGKILL (the watchdog), after SIGKILL of daemon and watchdog
 //! (`--restore`, and the next start); the same for a cgroup v1 cpuset.
 //! Bad input is refused on the host.
-//! Needs what the lab needs (root, qemu-system-x86, busybox-static).
+//! Needs what the lab needs (root, QEMU 10 or newer, busybox-static).
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The VM lab end to end: each shipped layout boots a real guest under QEMU
 //! and its probe must pass the layout's check; the lab removes what it
 //! created when interrupted, and a run killed outright is cleaned up by the
-//! next one. Needs root, qemu-system-x86 and busybox-static (scripts/test.sh
+//! next one. Needs root, QEMU 10 or newer and busybox-static (scripts/test.sh
 //! installs them) and the Debian cloud kernel (fetched and cached).
 
 mod common;

@@ -5,7 +5,7 @@
 //! keeps normal tasks off the vCPU it hides, BVS serves a request server
 //! from the low-latency vCPU, and IVH moves a CPU-bound thread between
 //! capped vCPUs only when they are active (rested or answering). Needs
-//! what the lab needs (root, qemu-system-x86, busybox-static) and network
+//! what the lab needs (root, QEMU 10 or newer, busybox-static) and network
 //! access to Debian's archive the first time (the kernel is cached
 //! afterwards).
 
