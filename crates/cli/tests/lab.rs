@@ -377,3 +377,36 @@ fn bad_layouts_and_paths_are_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("reading layout"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression: a layout that shipped Debian's xz ran busybox's xz applet in
+/// the guest (busybox's shell runs its applets before PATH). An extra
+/// binary named like an applet is the one a command runs.
+#[test]
+fn an_extra_binary_named_like_a_busybox_applet_is_the_one_that_runs() {
+    let _guard = common::serial();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("applet-shadow");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("xz");
+    std::fs::write(&fake, "#!/bin/sh\necho \"the extra xz, args $*\"\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let text = format!(
+        "extra_binaries = [\"{}\"]\n{}",
+        fake.display(),
+        std::fs::read_to_string(layout("two-free")).unwrap()
+    );
+    let path = dir.join("two-free-xz.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = vsched(&[
+        "lab",
+        "run",
+        "--cmd",
+        "xz -V; echo abc | xz -c",
+        path.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("the extra xz, args -V") && stdout.contains("the extra xz, args -c"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
