@@ -289,11 +289,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             }
             if signals::stopped() {
                 if let Some(c) = child.as_mut() {
-                    // The terminal's Ctrl-C reached the program too; SIGTERM did not.
-                    // SAFETY: kill has no memory-safety preconditions.
-                    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-                    let status = c.wait().context("waiting for the program")?;
-                    program_exit_code = Some(exit_code(status));
+                    program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
                 }
                 break None;
             }
@@ -500,8 +496,8 @@ pub(crate) fn possible_cpus() -> usize {
     n.max(1) as usize
 }
 
-/// Waits for `child`, passing SIGTERM on when vsched is asked to stop
-/// (Ctrl-C reaches the program from the terminal by itself).
+/// Waits for `child`, passing SIGTERM on once vsched is asked to stop (the
+/// terminal's Ctrl-C reaches the program by itself; SIGTERM does not).
 fn wait_forwarding_stop(child: &mut Child) -> Result<std::process::ExitStatus> {
     let mut forwarded = false;
     loop {

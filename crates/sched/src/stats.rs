@@ -199,7 +199,7 @@ impl Stats {
         }
     }
 
-    /// These counts and `other`'s, added (one session's totals across
+    /// These counts and `other`'s, added (one run's totals across
     /// the scheduler's restarts).
     pub fn plus(&self, other: &Stats) -> Stats {
         Stats {
