@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the VM lab needs: QEMU 10 or newer (older QEMU crashes
-# guests that load a sched_ext scheduler; docs/lab.md, "The emulator") and a
-# static busybox for the guests. scripts/test.sh runs it; run it yourself
+# guests that load a sched_ext scheduler; docs/lab.md, "The emulator"), a
+# static busybox for the guests, and mmdebstrap, which builds the root of
+# Debian guests (layouts with root = "debian", e.g. the package's check
+# under systemd). scripts/test.sh runs it; run it yourself
 # before `vsched lab` or `vsched bench sched` on a new machine (as root).
 #
 # Debian 13 and later carry QEMU 10 themselves. On Debian 12 QEMU 10 comes
@@ -27,15 +29,19 @@ apt_install() {
 }
 
 have_busybox() { [ -x /bin/busybox ] || [ -x /usr/bin/busybox ]; }
-if have_busybox && [ "$(qemu_major)" -ge "$min_major" ]; then
+have_mmdebstrap() { command -v mmdebstrap >/dev/null 2>&1; }
+if have_busybox && have_mmdebstrap && [ "$(qemu_major)" -ge "$min_major" ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "vsched: the lab needs QEMU $min_major+ and busybox-static; installing them needs root" >&2
+  echo "vsched: the lab needs QEMU $min_major+, busybox-static and mmdebstrap; installing them needs root" >&2
   exit 1
 fi
 
-have_busybox || { apt-get update -qq; apt_install busybox-static; }
+if ! have_busybox || ! have_mmdebstrap; then
+  apt-get update -qq
+  apt_install busybox-static mmdebstrap
+fi
 
 if [ "$(qemu_major)" -ge "$min_major" ]; then
   exit 0

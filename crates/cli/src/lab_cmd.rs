@@ -21,8 +21,10 @@ pub enum LabCommand {
 Layouts are TOML files (see docs/lab.md and lab/layouts/): vCPU count, memory,
 per-vCPU host CPU (two vCPUs on one host CPU are stacked), per-vCPU bandwidth
 (quota_us/period_us, or frozen), phases that change these at given times, and
-commands. Needs root (pinning QEMU's threads, cgroups), QEMU 10 or newer and
-busybox-static (scripts/install-lab.sh installs both); the guest kernel is
+commands. The guest is busybox and vsched, or with root = \"debian\" a Debian
+13 system with systemd as init (lab/package/). Needs root (pinning QEMU's
+threads, cgroups), QEMU 10 or newer, busybox-static and, for Debian guests,
+mmdebstrap (scripts/install-lab.sh installs them); the guest kernel is
 Debian's linux-image-cloud-amd64 (sched_ext layouts: Debian's newest, or one
 of the tested matrix with --kernel-version), fetched once and cached.
 

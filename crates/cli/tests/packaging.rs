@@ -2,11 +2,13 @@
 //! package scripts/build-deb.sh makes from this test's own binary and
 //! runtime library, looked at with dpkg-deb, unpacked into temporary
 //! directories and installed and purged with dpkg into a private root
-//! (never this machine's); and the Kubernetes DaemonSet, parsed, checked
-//! for the privileges it grants and against `vsched daemon --help`.
-//! Nothing here changes the host: the maintainer scripts run only with
-//! $DPKG_ROOT set to a temporary root and a stand-in `systemctl` first on
-//! PATH that records any call.
+//! (never this machine's); then installed, run, upgraded and purged as
+//! users do, with apt and systemd in a Debian lab guest; and the
+//! Kubernetes DaemonSet, parsed, checked for the privileges it grants and
+//! against `vsched daemon --help`. Nothing here changes the host: the
+//! maintainer scripts run only with $DPKG_ROOT set to a temporary root and
+//! a stand-in `systemctl` first on PATH that records any call, or inside
+//! the guest.
 
 mod common;
 
@@ -889,6 +891,197 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         all.push(p);
     }
     all
+}
+
+// ---- the package under systemd, in a Debian guest ----
+
+/// The package again with a higher version (`VERSION+lab1`): what an
+/// upgrade installs.
+fn upgrade_package(pkg: &Package) -> PathBuf {
+    let dir = test_dir("upgrade");
+    let tree = dir.join("tree");
+    run(Command::new("dpkg-deb").arg("-R").arg(&pkg.deb).arg(&tree));
+    let control = tree.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let bumped = text.replace(
+        &format!("\nVersion: {VERSION}\n"),
+        &format!("\nVersion: {VERSION}+lab1\n"),
+    );
+    assert_ne!(text, bumped, "no Version: {VERSION} line in\n{text}");
+    std::fs::write(&control, bumped).unwrap();
+    let deb = dir.join(format!("vsched_{VERSION}+lab1_{}.deb", deb_arch()));
+    run(Command::new("dpkg-deb")
+        .arg("--root-owner-group")
+        .arg("--build")
+        .arg(&tree)
+        .arg(&deb));
+    deb
+}
+
+/// The "@step key=value ..." lines of lab/package/systemd-check.sh.
+fn steps(output: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix('@'))
+        .filter(|l| !l.starts_with("status "))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let step = words.next().unwrap_or_default().to_string();
+            let pairs = words
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            (step, pairs)
+        })
+        .collect()
+}
+
+/// Installed with apt in a Debian 13 guest booted with systemd
+/// (lab/package/debian-systemd.toml, two vCPUs stacked on one host CPU;
+/// lab/package/systemd-check.sh does what an administrator does): not
+/// started on install; enabled and started, it serves metrics on loopback
+/// as a dynamic user and answers `vsched status`; with the RWC drop-in it
+/// keeps a slice's tasks off the stacked vCPU it hides, and puts the
+/// cpuset back when stopped and when everything in the service is killed
+/// (ExecStopPost), then starts again (Restart=); reinstalled and upgraded
+/// while running it restarts with the administrator's configuration kept;
+/// purged while running with the slice narrowed, it stops, puts the
+/// cpuset back and leaves nothing but the administrator's drop-in.
+#[test]
+fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
+    let test = "installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest";
+    let Some(pkg) = package(test) else {
+        return;
+    };
+    let _serial = common::serial();
+    let upgrade = upgrade_package(pkg);
+    let script = repo().join("lab/package/systemd-check.sh");
+    let layout_text =
+        std::fs::read_to_string(repo().join("lab/package/debian-systemd.toml")).unwrap();
+    // A top-level key, so it goes before the layout's [[vcpu]] tables.
+    let layout = test_dir("guest").join("debian-systemd.toml");
+    std::fs::write(
+        &layout,
+        format!(
+            "extra_binaries = [{:?}, {:?}, {:?}]\n{layout_text}",
+            pkg.deb, upgrade, script
+        ),
+    )
+    .unwrap();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let command = format!(
+        "sh /opt/vsched-lab/bin/systemd-check.sh {} {}",
+        name(&pkg.deb),
+        name(&upgrade)
+    );
+    let results = common::lab::run_in_guest(layout.to_str().unwrap(), &[&command]);
+    let (exit, output) = &results[0];
+    assert_eq!(*exit, Some(0), "{output}");
+    let s = steps(output);
+    let step = |name: &str| {
+        s.get(name)
+            .unwrap_or_else(|| panic!("no @{name} line in the guest's output:\n{output}"))
+    };
+    let expect = |name: &str, wanted: &[(&str, &str)]| {
+        let got = step(name);
+        for (key, value) in wanted {
+            assert_eq!(
+                got.get(*key).map(String::as_str),
+                Some(*value),
+                "@{name} {key}: {got:?}\n{output}"
+            );
+        }
+    };
+    let before = step("before").clone();
+    let put_back = [
+        ("cpus", "[]"),
+        ("root_ctl", before["root_ctl"].as_str()),
+        ("work_allowed", before["work_allowed"].as_str()),
+    ];
+    assert_eq!(before["work_allowed"], "[0-1]", "{output}");
+
+    expect("boot", &[("state", "running")]);
+    expect(
+        "install",
+        &[
+            ("exit", "0"),
+            ("version", VERSION),
+            ("bin", "/usr/bin/vsched"),
+            ("enabled", "disabled"),
+            ("active", "inactive"),
+        ],
+    );
+    expect(
+        "start",
+        &[
+            ("exit", "0"),
+            ("metrics_ok", "1"),
+            ("active", "active"),
+            ("enabled", "enabled"),
+        ],
+    );
+    let start = step("start");
+    assert_ne!(start["uid"], "0", "DynamicUser=yes: not root\n{output}");
+    assert!(
+        start["series"].parse::<u32>().unwrap_or(0) >= 2,
+        "per-vCPU series: {start:?}\n{output}"
+    );
+    let status_line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("@status "))
+        .unwrap_or_else(|| panic!("no @status line:\n{output}"));
+    let status: serde_json::Value = serde_json::from_str(status_line)
+        .unwrap_or_else(|e| panic!("vsched status --json in the guest ({e}): {status_line}"));
+    assert!(status.is_object(), "{status_line}");
+
+    expect(
+        "rwc",
+        &[
+            ("narrowed", "1"),
+            ("cpus", "[0]"),
+            ("work_allowed", "[0]"),
+            ("hidden", "1"),
+            ("uid", "0"),
+        ],
+    );
+    expect("stop", &put_back);
+    expect("stop", &[("active", "inactive")]);
+    assert!(
+        !step("stop")["state"].contains("rwc-state"),
+        "the state file outlived a clean stop\n{output}"
+    );
+    expect("kill", &[("narrowed_first", "1"), ("restored", "1")]);
+    expect("kill", &put_back);
+    expect(
+        "restarted",
+        &[("narrowed", "1"), ("active", "active"), ("new_pid", "yes")],
+    );
+    for name in ["reinstall", "upgrade"] {
+        expect(
+            name,
+            &[
+                ("exit", "0"),
+                ("active", "active"),
+                ("restarted", "yes"),
+                ("conf_kept", "1"),
+            ],
+        );
+    }
+    let upgraded = format!("{VERSION}+lab1");
+    expect("upgrade", &[("version", upgraded.as_str())]);
+    expect(
+        "purge",
+        &[
+            ("exit", "0"),
+            ("narrowed_first", "1"),
+            ("left", "[]"),
+            ("known", "no"),
+            ("unit_files", "0"),
+            ("processes", "0"),
+            ("dropin", "[rwc.conf,]"),
+        ],
+    );
+    expect("purge", &put_back);
 }
 
 // ---- the Kubernetes DaemonSet ----

@@ -181,6 +181,12 @@ pub enum LayoutError {
         at_s: f64,
         previous: f64,
     },
+    #[error("packages = [...] installs Debian packages, which only a root = \"debian\" guest has")]
+    PackagesNeedDebian,
+    #[error("memory_mib = {memory_mib}: a root = \"debian\" guest needs at least {min} (its root file system is unpacked into RAM)")]
+    DebianMemory { memory_mib: u32, min: u32 },
+    #[error("packages: {name:?} is not a Debian package name")]
+    PackageName { name: String },
     #[error("extra binary {} does not exist", path.display())]
     ExtraBinary { path: PathBuf },
     #[error("{0}")]

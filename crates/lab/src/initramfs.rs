@@ -21,21 +21,34 @@ pub struct Cpio {
     dirs: BTreeSet<String>,
 }
 
+/// Owner and device numbers of an archive entry (newc keeps both).
+#[derive(Clone, Copy, Default)]
+struct Meta {
+    uid: u32,
+    gid: u32,
+    /// (major, minor) of a character or block device.
+    rdev: (u32, u32),
+}
+
 impl Cpio {
     fn entry(&mut self, name: &str, mode: u32, body: &[u8]) {
+        self.entry_with(name, mode, Meta::default(), body)
+    }
+
+    fn entry_with(&mut self, name: &str, mode: u32, meta: Meta, body: &[u8]) {
         self.next_inode += 1;
         let fields = [
             self.next_inode,
             mode,
-            0,
-            0,
+            meta.uid,
+            meta.gid,
             1,
             0,
             body.len() as u32,
             0,
             0,
-            0,
-            0,
+            meta.rdev.0,
+            meta.rdev.1,
             name.len() as u32 + 1,
             0,
         ];
@@ -79,6 +92,65 @@ impl Cpio {
             self.dir(parent);
         }
         self.entry(path, 0o100000 | (mode & 0o7777), body);
+    }
+
+    /// Adds a symbolic link at `path` pointing to `target`.
+    pub fn symlink(&mut self, path: &str, target: &str) {
+        let path = path.trim_start_matches('/');
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.entry(path, 0o120777, target.as_bytes());
+    }
+
+    /// Adds the tree under `root` as the archive's root: directories,
+    /// regular files, symbolic links and device nodes with their modes and
+    /// owners (hard links become copies; sockets and FIFOs are left out,
+    /// nothing creates them ahead of boot). Sorted, so parents come first
+    /// and the same tree gives the same archive.
+    pub fn tree(&mut self, root: &Path) -> Result<()> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let mut pending = vec![root.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            let mut entries: Vec<_> = std::fs::read_dir(&dir)
+                .map_err(LabError::io("reading", &dir))?
+                .collect::<std::io::Result<_>>()
+                .map_err(LabError::io("reading", &dir))?;
+            entries.sort_by_key(|e| e.file_name());
+            let mut subdirs = Vec::new();
+            for e in entries {
+                let path = e.path();
+                let md = std::fs::symlink_metadata(&path).map_err(LabError::io("reading", &path))?;
+                let name = path
+                    .strip_prefix(root)
+                    .expect("walked from root")
+                    .to_string_lossy()
+                    .into_owned();
+                let meta = Meta {
+                    uid: md.uid(),
+                    gid: md.gid(),
+                    rdev: (libc::major(md.rdev()), libc::minor(md.rdev())),
+                };
+                let kind = md.file_type();
+                if kind.is_dir() {
+                    self.dirs.insert(name.clone());
+                    self.entry_with(&name, md.mode(), meta, &[]);
+                    subdirs.push(path);
+                } else if kind.is_symlink() {
+                    let target = std::fs::read_link(&path).map_err(LabError::io("reading", &path))?;
+                    self.entry_with(&name, md.mode(), meta, target.as_os_str().as_encoded_bytes());
+                } else if kind.is_file() {
+                    let body = std::fs::read(&path).map_err(LabError::io("reading", &path))?;
+                    self.entry_with(&name, md.mode(), meta, &body);
+                } else if kind.is_char_device() || kind.is_block_device() {
+                    self.entry_with(&name, md.mode(), meta, &[]);
+                }
+            }
+            // Depth-first in name order: a directory's entry always
+            // precedes what is in it.
+            pending.extend(subdirs.into_iter().rev());
+        }
+        Ok(())
     }
 
     pub fn finish(mut self) -> Vec<u8> {
@@ -178,22 +250,49 @@ pub fn init_script(commands: &[String]) -> String {
          mount -t bpf bpf /sys/fs/bpf 2>/dev/null\n\
          mkdir -p /tmp\n",
     );
-    s.push_str(&format!("echo \"{MARK} BOOTED $(cat /proc/uptime)\"\n"));
+    s.push_str(&marked_commands(commands, &format!(". {SHADOWS}; ")));
+    s.push_str("poweroff -f\n");
+    s
+}
+
+/// The BOOTED marker, each command in its own shell between BEGIN and END
+/// (with its exit status), and DONE; `prefix` goes before each command in
+/// its shell.
+fn marked_commands(commands: &[String], prefix: &str) -> String {
+    let mut s = format!("echo \"{MARK} BOOTED $(cat /proc/uptime)\"\n");
     for (i, cmd) in commands.iter().enumerate() {
         // Each command runs in its own shell so a failing one cannot end /init.
-        let quoted = cmd.replace('\'', r"'\''");
+        let quoted = format!("{prefix}{cmd}").replace('\'', r"'\''");
         s.push_str(&format!(
-            "echo \"{MARK} BEGIN {i}\"\nsh -c '. {SHADOWS}; {quoted}'\necho \"{MARK} END {i} $?\"\n"
+            "echo \"{MARK} BEGIN {i}\"\nsh -c '{quoted}'\necho \"{MARK} END {i} $?\"\n"
         ));
     }
-    s.push_str(&format!("echo \"{MARK} DONE\"\npoweroff -f\n"));
+    s.push_str(&format!("echo \"{MARK} DONE\"\n"));
+    s
+}
+
+/// The Debian guest's runner ([`crate::debian_root::runner_unit`] starts
+/// it once systemd is up): the commands as in [`init_script`], with the
+/// layout's extra files on PATH after the system's own directories, then
+/// an immediate power-off.
+pub fn debian_runner(commands: &[String]) -> String {
+    let lab = crate::debian_root::LAB_DIR;
+    let mut s = format!(
+        "#!/bin/sh\n\
+         export TERM=dumb PATH=\"$PATH:{lab}/bin\"\n\
+         cd /root\n"
+    );
+    s.push_str(&marked_commands(commands, ""));
+    // Forced twice: no unit is stopped, as with the busybox guest's
+    // `poweroff -f`; the host has what it needs.
+    s.push_str("systemctl poweroff --force --force\n");
     s
 }
 
 /// Builds the archive: busybox, vsched, extra binaries, their libraries,
 /// the kernel's config as /boot/config-RELEASE where known (libbpf reads it
 /// for the Kconfig values BPF programs use), /init.
-pub fn build(
+pub fn build_busybox(
     busybox: &Path,
     vsched: &Path,
     extra: &[PathBuf],
@@ -235,6 +334,45 @@ pub fn build(
         cpio.file(&lib.to_string_lossy(), 0o755, &body);
     }
     cpio.file("/init", 0o755, init_script(commands).as_bytes());
+    Ok(cpio.finish())
+}
+
+/// Builds the archive of a Debian guest: the root file system `root`
+/// ([`crate::debian_root::ensure`]), the lab's runner unit and script, the
+/// kernel's config, vsched at LAB_DIR/vsched (off PATH: a package under
+/// test must be the only vsched there) and the extra files in LAB_DIR/bin,
+/// as they are (the root has its own libraries).
+pub fn build_debian(
+    root: &Path,
+    vsched: &Path,
+    extra: &[PathBuf],
+    kernel_config: Option<&KernelConfig>,
+    commands: &[String],
+) -> Result<Vec<u8>> {
+    use crate::debian_root::{runner_unit, systemd_links, LAB_DIR};
+    let mut cpio = Cpio::default();
+    cpio.tree(root)?;
+    if let Some(c) = kernel_config {
+        let body = std::fs::read(&c.path).map_err(LabError::io("reading", &c.path))?;
+        cpio.file(&format!("/boot/config-{}", c.release), 0o644, &body);
+    }
+    let body = std::fs::read(vsched).map_err(LabError::io("reading", vsched))?;
+    cpio.file(&format!("{LAB_DIR}/vsched"), 0o755, &body);
+    cpio.dir(&format!("{LAB_DIR}/bin"));
+    for b in extra {
+        let name = b.file_name().unwrap_or(b.as_os_str()).to_string_lossy();
+        let body = std::fs::read(b).map_err(LabError::io("reading", b))?;
+        cpio.file(&format!("{LAB_DIR}/bin/{name}"), 0o755, &body);
+    }
+    cpio.file(&format!("{LAB_DIR}/run"), 0o755, debian_runner(commands).as_bytes());
+    cpio.file(
+        "/etc/systemd/system/vsched-lab.service",
+        0o644,
+        runner_unit().as_bytes(),
+    );
+    for (link, target) in systemd_links() {
+        cpio.symlink(&link, &target);
+    }
     Ok(cpio.finish())
 }
 

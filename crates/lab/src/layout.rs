@@ -35,15 +35,35 @@ pub struct Layout {
     /// or "sched_ext" (Debian's newest, which has sched_ext).
     #[serde(default)]
     pub kernel: crate::kernel::KernelChoice,
-    /// Shell commands run in the guest, in order (busybox sh; vsched is on PATH).
+    /// The guest's root file system: "busybox" (a shell and vsched, the
+    /// fastest to boot) or "debian" (Debian 13 with systemd as init, for
+    /// what runs under systemd; docs/lab.md, "A Debian guest").
+    #[serde(default)]
+    pub root: GuestRoot,
+    /// Debian packages installed in a "debian" root beyond its base.
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Shell commands run in the guest, in order (busybox sh with vsched on
+    /// PATH; in a "debian" root /bin/sh, run by a systemd unit as root).
     #[serde(default)]
     pub commands: Vec<String>,
-    /// Extra host binaries copied into the guest's /bin (with their libraries).
+    /// Extra host files copied into the guest: busybox root, /bin with
+    /// their libraries; "debian" root, /opt/vsched-lab/bin, at the end of
+    /// PATH, as they are.
     #[serde(default)]
     pub extra_binaries: Vec<PathBuf>,
     /// What `vsched lab check` runs and how it scores.
     #[serde(default)]
     pub check: CheckSpec,
+}
+
+/// What a guest boots into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestRoot {
+    #[default]
+    Busybox,
+    Debian,
 }
 
 /// Where one vCPU runs on the host and how much of it it may use.
@@ -110,6 +130,10 @@ const MAX_VCPUS: u32 = 64;
 /// The guest's kernel plus its initramfs (unpacked into RAM, with vsched
 /// and its libraries) need about this much.
 const MIN_MEMORY_MIB: u32 = 128;
+
+/// A Debian root is unpacked into RAM whole (about 170 MB) with room left
+/// for systemd, apt and what a check installs.
+const MIN_DEBIAN_MEMORY_MIB: u32 = 1024;
 
 /// Linux's CFS bandwidth limits (cpu.cfs_period_us, cpu.cfs_quota_us).
 const MIN_PERIOD_US: u64 = 1_000;
@@ -192,6 +216,25 @@ impl Layout {
             )?;
         }
         crate::host_load::validate(&self.host_loads, host_cpus).map_err(LayoutError::HostLoad)?;
+        match self.root {
+            GuestRoot::Busybox if !self.packages.is_empty() => {
+                return Err(LayoutError::PackagesNeedDebian)
+            }
+            GuestRoot::Debian if self.memory_mib < MIN_DEBIAN_MEMORY_MIB => {
+                return Err(LayoutError::DebianMemory {
+                    memory_mib: self.memory_mib,
+                    min: MIN_DEBIAN_MEMORY_MIB,
+                })
+            }
+            _ => {}
+        }
+        if let Some(bad) = self
+            .packages
+            .iter()
+            .find(|p| !crate::debian_root::valid_package_name(p))
+        {
+            return Err(LayoutError::PackageName { name: bad.clone() });
+        }
         for b in &self.extra_binaries {
             if !b.is_file() {
                 return Err(LayoutError::ExtraBinary { path: b.clone() });

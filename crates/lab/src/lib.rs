@@ -5,6 +5,7 @@
 //! can drive it from Rust; `vsched lab` is its command-line face.
 
 pub mod check;
+pub mod debian_root;
 pub mod disturb;
 pub mod error;
 pub mod freeze;

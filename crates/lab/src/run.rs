@@ -9,7 +9,7 @@ use crate::error::{LabError, Result};
 use crate::host::{self, Bandwidth};
 use crate::initramfs::{self, MARK};
 use crate::kernel;
-use crate::layout::{Layout, VcpuState};
+use crate::layout::{GuestRoot, Layout, VcpuState};
 use crate::qmp::Qmp;
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
@@ -302,7 +302,6 @@ pub fn run(
             layout: layout.name().to_string(),
         });
     }
-    let busybox = kernel::busybox()?;
     let guest_kernel = kernel::guest_kernel(
         opts.kernel.as_deref(),
         opts.kernel_version.as_deref(),
@@ -316,13 +315,22 @@ pub fn run(
     } else {
         None
     };
-    let initrd = initramfs::build(
-        &busybox,
-        &opts.vsched,
-        &layout.extra_binaries,
-        guest_kernel.config.as_ref(),
-        commands,
-    )?;
+    let initrd = match layout.root {
+        GuestRoot::Busybox => initramfs::build_busybox(
+            &kernel::busybox()?,
+            &opts.vsched,
+            &layout.extra_binaries,
+            guest_kernel.config.as_ref(),
+            commands,
+        )?,
+        GuestRoot::Debian => initramfs::build_debian(
+            &crate::debian_root::ensure(&layout.packages)?,
+            &opts.vsched,
+            &layout.extra_binaries,
+            guest_kernel.config.as_ref(),
+            commands,
+        )?,
+    };
 
     let verdict = kvm_verdict_path(&kernel_path);
     let order: Vec<Accel> = match opts.accel {
@@ -381,6 +389,19 @@ fn tail(lines: &[String], n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The guest kernel's command line: the serial console, no messages but
+/// emergencies (they would interleave with the commands' output), a panic
+/// ends QEMU at once (`-no-reboot`), and systemd keeps its status lines
+/// off the console too.
+fn kernel_command_line(root: GuestRoot) -> String {
+    let mut line =
+        String::from("console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off");
+    if root == GuestRoot::Debian {
+        line.push_str(" systemd.show_status=false");
+    }
+    line
+}
+
 #[allow(clippy::too_many_arguments)]
 fn boot_and_run(
     layout: &Layout,
@@ -417,10 +438,8 @@ fn boot_and_run(
         .arg(kernel_path)
         .arg("-initrd")
         .arg(&initrd_path)
-        .args([
-            "-append",
-            "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
-        ])
+        .arg("-append")
+        .arg(kernel_command_line(layout.root))
         // Thread names ("CPU 1/TCG") make the vCPU threads easy to find in
         // host-side tools (top -H, ftrace) when a run needs a closer look.
         .args(["-name", "vsched-lab,debug-threads=on"])
