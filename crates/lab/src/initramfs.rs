@@ -400,6 +400,72 @@ mod tests {
         assert_eq!(&hdr[6 + 6 * 8..6 + 7 * 8], "00000003");
     }
 
+    /// (name, mode, uid, body) of each entry of a newc archive.
+    fn entries(data: &[u8]) -> Vec<(String, u32, u32, Vec<u8>)> {
+        let field = |at: usize, i: usize| {
+            let hex = std::str::from_utf8(&data[at + 6 + 8 * i..at + 14 + 8 * i]).unwrap();
+            u32::from_str_radix(hex, 16).unwrap() as usize
+        };
+        let align = |n: usize| n.div_ceil(4) * 4;
+        let (mut at, mut out) = (0, Vec::new());
+        loop {
+            let (mode, uid, size, name_len) = (field(at, 1), field(at, 2), field(at, 6), field(at, 11));
+            let name_at = at + 110;
+            let name = String::from_utf8(data[name_at..name_at + name_len - 1].to_vec()).unwrap();
+            let body_at = align(name_at + name_len);
+            if name == "TRAILER!!!" {
+                return out;
+            }
+            out.push((name, mode as u32, uid as u32, data[body_at..body_at + size].to_vec()));
+            at = align(body_at + size);
+        }
+    }
+
+    #[test]
+    fn a_tree_keeps_modes_links_and_order() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("vsched-cpio-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("usr/bin")).unwrap();
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        std::fs::set_permissions(dir.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::write(dir.join("usr/bin/tool"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            dir.join("usr/bin/tool"),
+            std::fs::Permissions::from_mode(0o4755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("usr/bin", dir.join("bin")).unwrap();
+        let mut c = Cpio::default();
+        c.tree(&dir).unwrap();
+        // Written into the tree's existing directory, not a new "usr" entry.
+        c.file("/usr/bin/extra", 0o755, b"x");
+        let got = entries(&c.finish());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let names: Vec<&str> = got.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(
+            names,
+            ["bin", "tmp", "usr", "usr/bin", "usr/bin/tool", "usr/bin/extra"]
+        );
+        let by = |n: &str| got.iter().find(|e| e.0 == n).unwrap();
+        assert_eq!(by("bin").1, 0o120777);
+        assert_eq!(by("bin").3, b"usr/bin");
+        assert_eq!(by("tmp").1, 0o041777, "sticky, world-writable /tmp kept");
+        assert_eq!(by("usr/bin/tool").1, 0o104755, "set-uid kept");
+        assert_eq!(by("usr/bin/tool").3, b"#!/bin/sh\n");
+        // SAFETY: getuid has no preconditions.
+        assert_eq!(by("usr/bin/tool").2, unsafe { libc::getuid() });
+    }
+
+    #[test]
+    fn the_debian_runner_keeps_extra_files_after_the_systems_path() {
+        let s = debian_runner(&["vsched --version".to_string()]);
+        assert!(s.starts_with("#!/bin/sh\n"), "{s}");
+        assert!(s.contains("PATH=\"$PATH:/opt/vsched-lab/bin\""), "{s}");
+        assert!(s.contains("sh -c 'vsched --version'"), "{s}");
+        assert!(s.ends_with("systemctl poweroff --force --force\n"), "{s}");
+    }
+
     #[test]
     fn init_quotes_commands_and_marks_them() {
         let s = init_script(&["echo 'hi'".to_string()]);

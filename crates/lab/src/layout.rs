@@ -396,6 +396,13 @@ mod tests {
             ),
             ("vcpus = 2\n[[phase]]\nat_s = 0\nvcpu = []", "must be after"),
             ("vcpus = 2\nmemory_mib = 16", "at least 128"),
+            ("vcpus = 2\npackages = [\"curl\"]", "only a root = \"debian\""),
+            ("vcpus = 2\nroot = \"debian\"", "needs at least 1024"),
+            (
+                "vcpus = 2\nroot = \"debian\"\nmemory_mib = 1024\npackages = [\"curl;reboot\"]",
+                "not a Debian package name",
+            ),
+            ("vcpus = 2\nroot = \"alpine\"", "unknown variant"),
         ];
         for (text, needle) in cases {
             let e = Layout::parse(text, HOST).unwrap_err();
