@@ -10,7 +10,8 @@ bash scripts/install.sh --workspace --all-targets
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 
 # The VM lab's end-to-end tests boot real guests: QEMU 10 or newer (from
-# backports on Debian 12) and busybox.
+# backports on Debian 12), busybox, and mmdebstrap for the Debian guest
+# that checks the package under systemd.
 bash scripts/install-lab.sh
 
 need_apt=()

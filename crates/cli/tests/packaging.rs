@@ -5,10 +5,12 @@
 //! (never this machine's); then installed, run, upgraded and purged as
 //! users do, with apt and systemd in a Debian lab guest; and the
 //! Kubernetes DaemonSet, parsed, checked for the privileges it grants and
-//! against `vsched daemon --help`. Nothing here changes the host: the
-//! maintainer scripts run only with $DPKG_ROOT set to a temporary root and
-//! a stand-in `systemctl` first on PATH that records any call, or inside
-//! the guest.
+//! against `vsched daemon --help`. The package itself never touches the
+//! host: the maintainer scripts run only with $DPKG_ROOT set to a
+//! temporary root and a stand-in `systemctl` first on PATH that records
+//! any call, or inside the guest. The guest needs what the lab needs (root,
+//! QEMU 10, mmdebstrap; docs/lab.md), which pins and caps QEMU's threads
+//! with cgroups of its own and removes them after.
 
 mod common;
 
@@ -943,16 +945,22 @@ fn steps(output: &str) -> BTreeMap<String, BTreeMap<String, String>> {
 /// as a dynamic user and answers `vsched status`; with the RWC drop-in it
 /// keeps a slice's tasks off the stacked vCPU it hides, and puts the
 /// cpuset back when stopped and when everything in the service is killed
-/// (ExecStopPost), then starts again (Restart=); reinstalled and upgraded
-/// while running it restarts with the administrator's configuration kept;
-/// purged while running with the slice narrowed, it stops, puts the
-/// cpuset back and leaves nothing but the administrator's drop-in.
+/// (ExecStopPost, before Restart= starts it again); reinstalled and
+/// upgraded while running it restarts with the administrator's
+/// configuration kept, and stays stopped when installed over while
+/// stopped; purged while running with the slice narrowed, it stops, puts
+/// the cpuset back and leaves nothing but the administrator's drop-in.
 #[test]
 fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
     let test = "installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest";
     let Some(pkg) = package(test) else {
         return;
     };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip(test, "the lab needs root (it pins and caps QEMU's threads)");
+        return;
+    }
     let _serial = common::serial();
     let upgrade = upgrade_package(pkg);
     let script = repo().join("lab/package/systemd-check.sh");
@@ -963,8 +971,10 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
     std::fs::write(
         &layout,
         format!(
-            "extra_binaries = [{:?}, {:?}, {:?}]\n{layout_text}",
-            pkg.deb, upgrade, script
+            "extra_binaries = [\"{}\", \"{}\", \"{}\"]\n{layout_text}",
+            pkg.deb.display(),
+            upgrade.display(),
+            script.display()
         ),
     )
     .unwrap();
@@ -1021,7 +1031,10 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
         ],
     );
     let start = step("start");
-    assert_ne!(start["uid"], "0", "DynamicUser=yes: not root\n{output}");
+    assert!(
+        start["uid"].parse::<u32>().is_ok_and(|uid| uid > 0),
+        "DynamicUser=yes: a user of its own, not root: {start:?}\n{output}"
+    );
     assert!(
         start["series"].parse::<u32>().unwrap_or(0) >= 2,
         "per-vCPU series: {start:?}\n{output}"
@@ -1032,7 +1045,11 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
         .unwrap_or_else(|| panic!("no @status line:\n{output}"));
     let status: serde_json::Value = serde_json::from_str(status_line)
         .unwrap_or_else(|e| panic!("vsched status --json in the guest ({e}): {status_line}"));
-    assert!(status.is_object(), "{status_line}");
+    assert_eq!(
+        status["report"]["vcpus"].as_array().map(Vec::len),
+        Some(2),
+        "the daemon's model of the guest's two vCPUs: {status_line}"
+    );
 
     expect(
         "rwc",
@@ -1050,11 +1067,24 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
         !step("stop")["state"].contains("rwc-state"),
         "the state file outlived a clean stop\n{output}"
     );
-    expect("kill", &[("narrowed_first", "1"), ("restored", "1")]);
+    // ExecStopPost's restore, not the next daemon's after Restart=.
+    expect(
+        "kill",
+        &[
+            ("narrowed_first", "1"),
+            ("restored", "1"),
+            ("restarted_before_restore", "0"),
+        ],
+    );
     expect("kill", &put_back);
     expect(
         "restarted",
-        &[("narrowed", "1"), ("active", "active"), ("new_pid", "yes")],
+        &[
+            ("narrowed", "1"),
+            ("active", "active"),
+            ("new_pid", "yes"),
+            ("restarts", "1"),
+        ],
     );
     for name in ["reinstall", "upgrade"] {
         expect(
@@ -1069,6 +1099,10 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
     }
     let upgraded = format!("{VERSION}+lab1");
     expect("upgrade", &[("version", upgraded.as_str())]);
+    expect(
+        "reinstall_stopped",
+        &[("exit", "0"), ("active", "inactive"), ("enabled", "enabled")],
+    );
     expect(
         "purge",
         &[

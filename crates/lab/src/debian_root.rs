@@ -20,7 +20,9 @@ const BASE_PACKAGES: &[&str] = &["systemd-sysv", "curl", "procps"];
 
 const MIRROR: &str = "http://deb.debian.org/debian";
 /// Debian's archive keys (debian-archive-keyring, on every Debian host;
-/// Debian 12's copy already holds Debian 13's keys).
+/// Debian 12's package carries Debian 13's keys too, as
+/// debian-archive-trixie-*.gpg, and trixie's Release files are signed
+/// with them).
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 
 /// How to get mmdebstrap where it is missing.
@@ -47,12 +49,17 @@ fn package_list(extra: &[String]) -> Vec<String> {
     all
 }
 
-/// The cache directory of a root with these packages: one per suite and
-/// package list, so a layout that asks for another package gets its own.
+/// What else shapes a root beyond its package list; changed whenever the
+/// way [`ensure`] builds changes, so that no stale root is reused.
+const BUILD_RECIPE: &str = "mmdebstrap --variant=minbase, v1";
+
+/// The cache directory of a root with these packages: one per suite,
+/// recipe and package list, so a layout that asks for another package gets
+/// its own.
 fn cache_path(packages: &[String]) -> PathBuf {
     // FNV-1a over the list: a name, not a defence (the list is ours).
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in packages.join(",").bytes() {
+    for byte in format!("{BUILD_RECIPE}: {}", packages.join(",")).bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -69,7 +76,8 @@ pub fn ensure(extra: &[String]) -> Result<PathBuf> {
     let dir = cache_path(&packages);
     let root = dir.join("root");
     let stamp = dir.join("complete");
-    if stamp.is_file() && root.is_dir() {
+    let ready = || stamp.is_file() && has_systemd(&root);
+    if ready() {
         return Ok(root);
     }
     if Command::new("mmdebstrap").arg("--version").output().is_err() {
@@ -78,9 +86,23 @@ pub fn ensure(extra: &[String]) -> Result<PathBuf> {
             install: MMDEBSTRAP_HINT,
         });
     }
-    // A half-built tree from an interrupted run is started over.
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
+    // One build at a time per root: a second lab run waits for the first
+    // one's tree instead of building into it.
+    let _lock = lock(&dir.join("lock"))?;
+    if ready() {
+        return Ok(root);
+    }
+    // What an interrupted build or a tampered cache left.
+    for stale in [&root, &dir.join("building")] {
+        if stale.exists() {
+            std::fs::remove_dir_all(stale).map_err(|source| LabError::Io {
+                what: "removing what an earlier build left (unmount anything under it first)",
+                path: stale.to_path_buf(),
+                source,
+            })?;
+        }
+    }
     let building = dir.join("building");
     let out = Command::new("mmdebstrap")
         .args(["--variant=minbase", "--mode=root", "--quiet"])
@@ -96,10 +118,12 @@ pub fn ensure(extra: &[String]) -> Result<PathBuf> {
             source,
         })?;
     if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&building);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.trim().lines().collect();
         return Err(LabError::ToolFailed {
-            what: "building the Debian root with mmdebstrap (it needs root and deb.debian.org)",
-            stderr: tail_lines(&String::from_utf8_lossy(&out.stderr), 15),
+            what: "building the Debian root with mmdebstrap (as root, from deb.debian.org)",
+            stderr: lines[lines.len().saturating_sub(15)..].join("\n"),
         });
     }
     std::fs::rename(&building, &root).map_err(LabError::io("renaming", &building))?;
@@ -107,9 +131,21 @@ pub fn ensure(extra: &[String]) -> Result<PathBuf> {
     Ok(root)
 }
 
-fn tail_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.trim().lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+/// An exclusive lock on `path` (created if missing), held until the file
+/// is dropped; the kernel releases it if the process dies.
+fn lock(path: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(LabError::io("opening", path))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(LabError::io("locking", path)(std::io::Error::last_os_error()));
+    }
+    Ok(file)
 }
 
 /// Files of the lab in a Debian guest: its command runner and the extra
@@ -168,9 +204,9 @@ pub fn systemd_links() -> Vec<(String, String)> {
     ]
 }
 
-/// Whether `root` looks like a tree [`ensure`] built (for a clear error
-/// when a cache was tampered with).
-pub fn has_systemd(root: &Path) -> bool {
+/// Whether `root` looks like a tree [`ensure`] built (a cache emptied by
+/// hand is built again).
+fn has_systemd(root: &Path) -> bool {
     root.join("usr/lib/systemd/systemd").is_file()
 }
 

@@ -47,6 +47,8 @@ pub enum LabError {
         min_major: u32,
         hint: &'static str,
     },
+    #[error("layout {layout} boots a Debian guest (root = \"debian\"), which `lab check` cannot score (it times the probe in a busybox guest that runs nothing else): use `lab run`")]
+    CheckNeedsBusybox { layout: String },
     #[error("layout {layout} pins, caps or freezes vCPUs, which single-threaded TCG (one host thread for every vCPU) cannot do: use --accel tcg")]
     SingleThreadedLayout { layout: String },
     /// An extra binary named like a busybox applet that no shell function
@@ -80,6 +82,9 @@ pub enum LabError {
     /// The kernel package did not hold what was expected.
     #[error("{0}")]
     KernelPackage(String),
+    /// A file the guest's archive cannot hold.
+    #[error("{}: {why}", path.display())]
+    Archive { path: PathBuf, why: String },
     #[error("{}: library missing on the host: {line}", binary.display())]
     MissingLibrary { binary: PathBuf, line: String },
 
@@ -187,6 +192,8 @@ pub enum LayoutError {
     DebianMemory { memory_mib: u32, min: u32 },
     #[error("packages: {name:?} is not a Debian package name")]
     PackageName { name: String },
+    #[error("extra binary {}: another extra binary has the same name, and the guest keeps them side by side by name", path.display())]
+    ExtraBinaryName { path: PathBuf },
     #[error("extra binary {} does not exist", path.display())]
     ExtraBinary { path: PathBuf },
     #[error("{0}")]

@@ -36,6 +36,9 @@ impl Cpio {
     }
 
     fn entry_with(&mut self, name: &str, mode: u32, meta: Meta, body: &[u8]) {
+        // newc's size field has 8 hex digits; `tree` refuses larger files
+        // with an error, and the lab's own files are far smaller.
+        let size = u32::try_from(body.len()).expect("a cpio newc entry holds under 4 GiB");
         self.next_inode += 1;
         let fields = [
             self.next_inode,
@@ -44,7 +47,7 @@ impl Cpio {
             meta.gid,
             1,
             0,
-            body.len() as u32,
+            size,
             0,
             0,
             meta.rdev.0,
@@ -69,7 +72,10 @@ impl Cpio {
         }
     }
 
-    /// Adds a directory and its parents (once each).
+    /// Adds a directory and its parents (once each). A path through a
+    /// symbolic link to a directory ([`Cpio::tree`]'s `/bin -> usr/bin`)
+    /// adds nothing for the link: the kernel follows it when unpacking,
+    /// where a directory entry would replace the link.
     pub fn dir(&mut self, path: &str) {
         let path = path.trim_matches('/');
         let mut prefix = String::new();
@@ -124,8 +130,18 @@ impl Cpio {
                 let name = path
                     .strip_prefix(root)
                     .expect("walked from root")
-                    .to_string_lossy()
-                    .into_owned();
+                    .to_str()
+                    .ok_or_else(|| LabError::Archive {
+                        path: path.clone(),
+                        why: "its name is not UTF-8".into(),
+                    })?
+                    .to_string();
+                if md.len() > u64::from(u32::MAX) {
+                    return Err(LabError::Archive {
+                        path,
+                        why: "a cpio archive holds files under 4 GiB".into(),
+                    });
+                }
                 let meta = Meta {
                     uid: md.uid(),
                     gid: md.gid(),
@@ -139,6 +155,14 @@ impl Cpio {
                 } else if kind.is_symlink() {
                     let target = std::fs::read_link(&path).map_err(LabError::io("reading", &path))?;
                     self.entry_with(&name, md.mode(), meta, target.as_os_str().as_encoded_bytes());
+                    // Resolved inside the tree, not on the host.
+                    let resolved = match target.strip_prefix("/") {
+                        Ok(inside) => root.join(inside),
+                        Err(_) => dir.join(&target),
+                    };
+                    if resolved.is_dir() {
+                        self.dirs.insert(name);
+                    }
                 } else if kind.is_file() {
                     let body = std::fs::read(&path).map_err(LabError::io("reading", &path))?;
                     self.entry_with(&name, md.mode(), meta, &body);
@@ -438,14 +462,25 @@ mod tests {
         std::os::unix::fs::symlink("usr/bin", dir.join("bin")).unwrap();
         let mut c = Cpio::default();
         c.tree(&dir).unwrap();
-        // Written into the tree's existing directory, not a new "usr" entry.
+        // Written into the tree's existing directory, not a new "usr" entry;
+        // and through the link, which must stay a link (a "bin" directory
+        // entry would replace it, and /bin/sh with it).
         c.file("/usr/bin/extra", 0o755, b"x");
+        c.file("/bin/through-link", 0o755, b"y");
         let got = entries(&c.finish());
         std::fs::remove_dir_all(&dir).unwrap();
         let names: Vec<&str> = got.iter().map(|e| e.0.as_str()).collect();
         assert_eq!(
             names,
-            ["bin", "tmp", "usr", "usr/bin", "usr/bin/tool", "usr/bin/extra"]
+            [
+                "bin",
+                "tmp",
+                "usr",
+                "usr/bin",
+                "usr/bin/tool",
+                "usr/bin/extra",
+                "bin/through-link"
+            ]
         );
         let by = |n: &str| got.iter().find(|e| e.0 == n).unwrap();
         assert_eq!(by("bin").1, 0o120777);

@@ -16,9 +16,10 @@ pub struct Layout {
     pub vcpus: u32,
     #[serde(default = "default_memory")]
     pub memory_mib: u32,
-    /// From QEMU start to the guest's first command.
-    #[serde(default = "default_boot_timeout")]
-    pub boot_timeout_s: f64,
+    /// From QEMU start to the guest's first command (default by root:
+    /// [`Layout::boot_timeout_s`]).
+    #[serde(default, rename = "boot_timeout_s")]
+    boot_timeout: Option<f64>,
     /// For all commands together.
     #[serde(default = "default_run_timeout")]
     pub run_timeout_s: f64,
@@ -109,8 +110,14 @@ impl Default for CheckSpec {
 fn default_memory() -> u32 {
     256
 }
-fn default_boot_timeout() -> f64 {
-    30.0
+/// A busybox guest boots in 2-10 s under TCG; a Debian guest, whose
+/// systemd starts its units before the commands, in 15-25 s on a quiet
+/// host. Both defaults leave room for a busy one.
+fn default_boot_timeout(root: GuestRoot) -> f64 {
+    match root {
+        GuestRoot::Busybox => 30.0,
+        GuestRoot::Debian => 120.0,
+    }
 }
 fn default_run_timeout() -> f64 {
     120.0
@@ -176,6 +183,13 @@ impl Layout {
         Ok(layout)
     }
 
+    /// From QEMU start to the guest's first command: the layout's
+    /// `boot_timeout_s`, else the default of its root.
+    pub fn boot_timeout_s(&self) -> f64 {
+        self.boot_timeout
+            .unwrap_or_else(|| default_boot_timeout(self.root))
+    }
+
     pub fn name(&self) -> &str {
         self.name.as_deref().unwrap_or("layout")
     }
@@ -191,7 +205,7 @@ impl Layout {
             });
         }
         for (key, value) in [
-            ("boot_timeout_s", self.boot_timeout_s),
+            ("boot_timeout_s", self.boot_timeout_s()),
             ("run_timeout_s", self.run_timeout_s),
         ] {
             if !(value > 0.0 && value.is_finite()) {
@@ -235,9 +249,14 @@ impl Layout {
         {
             return Err(LayoutError::PackageName { name: bad.clone() });
         }
+        let mut names = BTreeSet::new();
         for b in &self.extra_binaries {
             if !b.is_file() {
                 return Err(LayoutError::ExtraBinary { path: b.clone() });
+            }
+            // Both land in one directory of the guest, by name.
+            if !names.insert(b.file_name()) {
+                return Err(LayoutError::ExtraBinaryName { path: b.clone() });
             }
         }
         Ok(())

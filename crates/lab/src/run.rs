@@ -369,9 +369,14 @@ pub fn run(
                 return Ok(r);
             }
             Err(e) if trial && i + 1 < order.len() && !stop.load(Ordering::SeqCst) => {
-                // KVM is there but does not run this kernel: remember, fall back.
-                let _ = std::fs::create_dir_all(kernel::cache_dir());
-                let _ = std::fs::write(&verdict, "no");
+                // KVM is there but does not run this kernel: remember, fall
+                // back. Only a busybox guest's failure is remembered: a
+                // Debian guest may just be slow (systemd), and the verdict
+                // is shared by every layout of the kernel.
+                if layout.root == GuestRoot::Busybox {
+                    let _ = std::fs::create_dir_all(kernel::cache_dir());
+                    let _ = std::fs::write(&verdict, "no");
+                }
                 last_err = Some(e);
             }
             Err(e) => return Err(e),
@@ -379,6 +384,17 @@ pub fn run(
     }
     // `order` is never empty: every accelerator choice lists one at least.
     Err(last_err.expect("an accelerator was tried"))
+}
+
+/// How long a trial boot under KVM may take before the lab falls back to
+/// TCG: a kernel KVM runs boots a busybox guest in about a second, a
+/// Debian guest (systemd's units first) in a few; one KVM cannot run
+/// never boots at all.
+fn kvm_trial_boot_s(root: GuestRoot) -> f64 {
+    match root {
+        GuestRoot::Busybox => 8.0,
+        GuestRoot::Debian => 60.0,
+    }
 }
 
 /// Console lines quoted in boot and run errors: enough for a kernel panic's
@@ -529,9 +545,9 @@ fn boot_and_run(
     };
 
     let boot_timeout = Duration::from_secs_f64(if trial {
-        layout.boot_timeout_s.min(8.0)
+        layout.boot_timeout_s().min(kvm_trial_boot_s(layout.root))
     } else {
-        layout.boot_timeout_s
+        layout.boot_timeout_s()
     });
     let run_timeout = Duration::from_secs_f64(layout.run_timeout_s);
     let mut console: Vec<String> = Vec::new();
