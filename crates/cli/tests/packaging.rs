@@ -1104,7 +1104,11 @@ fn installs_runs_upgrades_and_purges_under_systemd_in_a_debian_guest() {
     expect("upgrade", &[("version", upgraded.as_str())]);
     expect(
         "reinstall_stopped",
-        &[("exit", "0"), ("active", "inactive"), ("enabled", "enabled")],
+        &[
+            ("exit", "0"),
+            ("active", "inactive"),
+            ("enabled", "enabled"),
+        ],
     );
     expect(
         "purge",

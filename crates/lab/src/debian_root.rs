@@ -80,7 +80,11 @@ pub fn ensure(extra: &[String]) -> Result<PathBuf> {
     if ready() {
         return Ok(root);
     }
-    if Command::new("mmdebstrap").arg("--version").output().is_err() {
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         return Err(LabError::MissingTool {
             tool: "mmdebstrap",
             install: MMDEBSTRAP_HINT,
@@ -143,7 +147,9 @@ fn lock(path: &Path) -> Result<std::fs::File> {
         .map_err(LabError::io("opening", path))?;
     // SAFETY: flock on a descriptor this function owns; no memory is passed.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(LabError::io("locking", path)(std::io::Error::last_os_error()));
+        return Err(LabError::io("locking", path)(
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(file)
 }

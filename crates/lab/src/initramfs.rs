@@ -100,6 +100,13 @@ impl Cpio {
         self.entry(path, 0o100000 | (mode & 0o7777), body);
     }
 
+    /// Adds the host's file `src` as a regular file at `path`.
+    pub fn copy(&mut self, path: &str, mode: u32, src: &Path) -> Result<()> {
+        let body = std::fs::read(src).map_err(LabError::io("reading", src))?;
+        self.file(path, mode, &body);
+        Ok(())
+    }
+
     /// Adds a symbolic link at `path` pointing to `target`.
     pub fn symlink(&mut self, path: &str, target: &str) {
         let path = path.trim_start_matches('/');
@@ -126,7 +133,8 @@ impl Cpio {
             let mut subdirs = Vec::new();
             for e in entries {
                 let path = e.path();
-                let md = std::fs::symlink_metadata(&path).map_err(LabError::io("reading", &path))?;
+                let md =
+                    std::fs::symlink_metadata(&path).map_err(LabError::io("reading", &path))?;
                 let name = path
                     .strip_prefix(root)
                     .expect("walked from root")
@@ -153,8 +161,14 @@ impl Cpio {
                     self.entry_with(&name, md.mode(), meta, &[]);
                     subdirs.push(path);
                 } else if kind.is_symlink() {
-                    let target = std::fs::read_link(&path).map_err(LabError::io("reading", &path))?;
-                    self.entry_with(&name, md.mode(), meta, target.as_os_str().as_encoded_bytes());
+                    let target =
+                        std::fs::read_link(&path).map_err(LabError::io("reading", &path))?;
+                    self.entry_with(
+                        &name,
+                        md.mode(),
+                        meta,
+                        target.as_os_str().as_encoded_bytes(),
+                    );
                     // Resolved inside the tree, not on the host.
                     let resolved = match target.strip_prefix("/") {
                         Ok(inside) => root.join(inside),
@@ -313,35 +327,46 @@ pub fn debian_runner(commands: &[String]) -> String {
     s
 }
 
+/// What every guest gets, whatever its root.
+pub struct GuestFiles<'a> {
+    /// The lab's own vsched binary.
+    pub vsched: &'a Path,
+    /// The layout's extra binaries.
+    pub extra: &'a [PathBuf],
+    /// The guest kernel's config, as /boot/config-RELEASE where known
+    /// (libbpf reads it for the Kconfig values BPF programs use).
+    pub kernel_config: Option<&'a KernelConfig>,
+    /// The commands to run, in order.
+    pub commands: &'a [String],
+}
+
+impl GuestFiles<'_> {
+    fn add_kernel_config(&self, cpio: &mut Cpio) -> Result<()> {
+        match self.kernel_config {
+            Some(c) => cpio.copy(&format!("/boot/config-{}", c.release), 0o644, &c.path),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Builds the archive: busybox, vsched, extra binaries, their libraries,
-/// the kernel's config as /boot/config-RELEASE where known (libbpf reads it
-/// for the Kconfig values BPF programs use), /init.
-pub fn build_busybox(
-    busybox: &Path,
-    vsched: &Path,
-    extra: &[PathBuf],
-    kernel_config: Option<&KernelConfig>,
-    commands: &[String],
-) -> Result<Vec<u8>> {
+/// the kernel's config, /init.
+pub fn build_busybox(busybox: &Path, files: &GuestFiles) -> Result<Vec<u8>> {
     let mut cpio = Cpio::default();
     for d in ["bin", "proc", "sys", "dev", "tmp", "etc", "boot"] {
         cpio.dir(d);
     }
-    if let Some(c) = kernel_config {
-        let body = std::fs::read(&c.path).map_err(LabError::io("reading", &c.path))?;
-        cpio.file(&format!("/boot/config-{}", c.release), 0o644, &body);
-    }
+    files.add_kernel_config(&mut cpio)?;
     let mut libs = BTreeSet::new();
     let mut add_binary = |cpio: &mut Cpio, src: &Path, name: &str| -> Result<()> {
-        let body = std::fs::read(src).map_err(LabError::io("reading", src))?;
-        cpio.file(&format!("/bin/{name}"), 0o755, &body);
+        cpio.copy(&format!("/bin/{name}"), 0o755, src)?;
         libs.extend(libraries_of(src)?);
         Ok(())
     };
     add_binary(&mut cpio, busybox, "busybox")?;
-    add_binary(&mut cpio, vsched, "vsched")?;
+    add_binary(&mut cpio, files.vsched, "vsched")?;
     let mut extra_names = Vec::new();
-    for b in extra {
+    for b in files.extra {
         // Layout validation made sure it is a file, so it has a name.
         let name = b
             .file_name()
@@ -354,10 +379,9 @@ pub fn build_busybox(
     let shadows = shadow_functions(&extra_names, &applets_of(busybox)?)?;
     cpio.file(SHADOWS, 0o644, shadows.as_bytes());
     for lib in &libs {
-        let body = std::fs::read(lib).map_err(LabError::io("reading", lib))?;
-        cpio.file(&lib.to_string_lossy(), 0o755, &body);
+        cpio.copy(&lib.to_string_lossy(), 0o755, lib)?;
     }
-    cpio.file("/init", 0o755, init_script(commands).as_bytes());
+    cpio.file("/init", 0o755, init_script(files.commands).as_bytes());
     Ok(cpio.finish())
 }
 
@@ -366,29 +390,22 @@ pub fn build_busybox(
 /// kernel's config, vsched at LAB_DIR/vsched (off PATH: a package under
 /// test must be the only vsched there) and the extra files in LAB_DIR/bin,
 /// as they are (the root has its own libraries).
-pub fn build_debian(
-    root: &Path,
-    vsched: &Path,
-    extra: &[PathBuf],
-    kernel_config: Option<&KernelConfig>,
-    commands: &[String],
-) -> Result<Vec<u8>> {
+pub fn build_debian(root: &Path, files: &GuestFiles) -> Result<Vec<u8>> {
     use crate::debian_root::{runner_unit, systemd_links, LAB_DIR};
     let mut cpio = Cpio::default();
     cpio.tree(root)?;
-    if let Some(c) = kernel_config {
-        let body = std::fs::read(&c.path).map_err(LabError::io("reading", &c.path))?;
-        cpio.file(&format!("/boot/config-{}", c.release), 0o644, &body);
-    }
-    let body = std::fs::read(vsched).map_err(LabError::io("reading", vsched))?;
-    cpio.file(&format!("{LAB_DIR}/vsched"), 0o755, &body);
+    files.add_kernel_config(&mut cpio)?;
+    cpio.copy(&format!("{LAB_DIR}/vsched"), 0o755, files.vsched)?;
     cpio.dir(&format!("{LAB_DIR}/bin"));
-    for b in extra {
+    for b in files.extra {
         let name = b.file_name().unwrap_or(b.as_os_str()).to_string_lossy();
-        let body = std::fs::read(b).map_err(LabError::io("reading", b))?;
-        cpio.file(&format!("{LAB_DIR}/bin/{name}"), 0o755, &body);
+        cpio.copy(&format!("{LAB_DIR}/bin/{name}"), 0o755, b)?;
     }
-    cpio.file(&format!("{LAB_DIR}/run"), 0o755, debian_runner(commands).as_bytes());
+    cpio.file(
+        &format!("{LAB_DIR}/run"),
+        0o755,
+        debian_runner(files.commands).as_bytes(),
+    );
     cpio.file(
         "/etc/systemd/system/vsched-lab.service",
         0o644,
@@ -433,14 +450,20 @@ mod tests {
         let align = |n: usize| n.div_ceil(4) * 4;
         let (mut at, mut out) = (0, Vec::new());
         loop {
-            let (mode, uid, size, name_len) = (field(at, 1), field(at, 2), field(at, 6), field(at, 11));
+            let (mode, uid, size, name_len) =
+                (field(at, 1), field(at, 2), field(at, 6), field(at, 11));
             let name_at = at + 110;
             let name = String::from_utf8(data[name_at..name_at + name_len - 1].to_vec()).unwrap();
             let body_at = align(name_at + name_len);
             if name == "TRAILER!!!" {
                 return out;
             }
-            out.push((name, mode as u32, uid as u32, data[body_at..body_at + size].to_vec()));
+            out.push((
+                name,
+                mode as u32,
+                uid as u32,
+                data[body_at..body_at + size].to_vec(),
+            ));
             at = align(body_at + size);
         }
     }

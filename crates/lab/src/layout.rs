@@ -415,7 +415,10 @@ mod tests {
             ),
             ("vcpus = 2\n[[phase]]\nat_s = 0\nvcpu = []", "must be after"),
             ("vcpus = 2\nmemory_mib = 16", "at least 128"),
-            ("vcpus = 2\npackages = [\"curl\"]", "only a root = \"debian\""),
+            (
+                "vcpus = 2\npackages = [\"curl\"]",
+                "only a root = \"debian\"",
+            ),
             ("vcpus = 2\nroot = \"debian\"", "needs at least 1024"),
             (
                 "vcpus = 2\nroot = \"debian\"\nmemory_mib = 1024\npackages = [\"curl;reboot\"]",

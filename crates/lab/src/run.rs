@@ -315,21 +315,17 @@ pub fn run(
     } else {
         None
     };
+    let files = initramfs::GuestFiles {
+        vsched: &opts.vsched,
+        extra: &layout.extra_binaries,
+        kernel_config: guest_kernel.config.as_ref(),
+        commands,
+    };
     let initrd = match layout.root {
-        GuestRoot::Busybox => initramfs::build_busybox(
-            &kernel::busybox()?,
-            &opts.vsched,
-            &layout.extra_binaries,
-            guest_kernel.config.as_ref(),
-            commands,
-        )?,
-        GuestRoot::Debian => initramfs::build_debian(
-            &crate::debian_root::ensure(&layout.packages)?,
-            &opts.vsched,
-            &layout.extra_binaries,
-            guest_kernel.config.as_ref(),
-            commands,
-        )?,
+        GuestRoot::Busybox => initramfs::build_busybox(&kernel::busybox()?, &files)?,
+        GuestRoot::Debian => {
+            initramfs::build_debian(&crate::debian_root::ensure(&layout.packages)?, &files)?
+        }
     };
 
     let verdict = kvm_verdict_path(&kernel_path);
@@ -410,8 +406,9 @@ fn tail(lines: &[String], n: usize) -> String {
 /// ends QEMU at once (`-no-reboot`), and systemd keeps its status lines
 /// off the console too.
 fn kernel_command_line(root: GuestRoot) -> String {
-    let mut line =
-        String::from("console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off");
+    let mut line = String::from(
+        "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
+    );
     if root == GuestRoot::Debian {
         line.push_str(" systemd.show_status=false");
     }
