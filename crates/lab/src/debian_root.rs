@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// Debian 13: the release whose backports carry the sched_ext kernels the
 /// lab boots, and the one a new cloud VM runs today.
-pub const SUITE: &str = "trixie";
+const SUITE: &str = "trixie";
 
 /// Always installed beyond mmdebstrap's minbase (which has apt and dpkg):
 /// systemd as init, and what a check reads a service with (curl for a
