@@ -222,6 +222,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let mut reloading_after: Option<vsched_sched::ExitInfo> = None;
     let (ejected, totals) = loop {
         let mut object = MaybeUninit::uninit();
+        let attach_started = Instant::now();
         let sched = match Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)
         {
             Ok(s) => s,
@@ -245,6 +246,14 @@ pub fn run(args: SchedArgs) -> Result<u8> {
                 on_off(tunables.ivh),
                 on_off(!args.no_probe)
             );
+            if args.verbose {
+                if let Some(insns) = sched.verified_instructions() {
+                    eprintln!(
+                        "vsched sched: the kernel's verifier went through {insns} instructions; loading took {:.1} s",
+                        attach_started.elapsed().as_secs_f64()
+                    );
+                }
+            }
             // The probers and the program start once the scheduler runs.
             let tx = reports_tx
                 .take()

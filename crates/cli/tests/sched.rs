@@ -63,7 +63,7 @@ fn counter(summary: &Value, name: &str) -> u64 {
 #[test]
 fn loads_for_a_program_passes_its_exit_status_and_unloads() {
     let _guard = common::serial();
-    let cmd = "vsched sched -q -- sh -c 'cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; exit 7'; \
+    let cmd = "vsched sched -q -v -- sh -c 'cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; exit 7'; \
                echo \"status $?\"; cat /sys/kernel/sched_ext/state";
     let out = run_in_guest("sched/two-free", &[cmd]);
     let (_, text) = &out[0];
@@ -80,6 +80,15 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
         "unloaded afterwards: {text}"
     );
     assert!(text.contains("unloaded after"), "a summary at exit: {text}");
+    // -v reports the verifier's work: the programs hold thousands of
+    // instructions, so a count under that is a query that missed them.
+    let verified: u64 = text
+        .lines()
+        .find_map(|l| l.split("verifier went through ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("-v says what the verifier went through: {text}"));
+    assert!(verified > 5_000, "verified instructions {verified}: {text}");
 }
 
 /// `vsched daemon --sched`: the daemon loads the scheduler, feeds it the

@@ -9,10 +9,11 @@ use crate::bpf_skel::{BpfSkel, BpfSkelBuilder, OpenBpfSkel};
 use crate::error::SchedError;
 use crate::model::VcpuModel;
 use crate::stats::{Stats, NR_STATS};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 pub use libbpf_rs::OpenObject as BpfObject;
@@ -239,6 +240,23 @@ impl<'obj> Scheduler<'obj> {
             link: Some(link),
             nr_cpus,
         })
+    }
+
+    /// Instructions the kernel's verifier went through to accept the
+    /// scheduler's programs (`verified_insns`, summed; None if the kernel
+    /// does not say). Most of a load's time under emulation is this.
+    pub fn verified_instructions(&self) -> Option<u64> {
+        let ids: Vec<u32> = self
+            .skel
+            .object()
+            .progs()
+            .filter_map(|prog| libbpf_rs::Program::id_from_fd(prog.as_fd()).ok())
+            .collect();
+        let total = libbpf_rs::query::ProgInfoIter::default()
+            .filter(|info| ids.contains(&info.id))
+            .map(|info| u64::from(info.verified_insns))
+            .sum();
+        (!ids.is_empty()).then_some(total)
     }
 
     /// Writes the model of each vCPU into the BPF side's map.
