@@ -49,8 +49,9 @@ pub enum KernelChoice {
     /// what the probe layouts were verified with.
     #[default]
     Default,
-    /// Debian's newest cloud kernel, from the unstable suite, which has
-    /// sched_ext (CONFIG_SCHED_CLASS_EXT=y) and BTF: for `vsched sched`.
+    /// A Debian cloud kernel with sched_ext (CONFIG_SCHED_CLASS_EXT=y) and
+    /// BTF, for `vsched sched`: DEFAULT_SCHED_EXT_VERSION of the pinned
+    /// matrix unless `--kernel-version` picks another.
     SchedExt,
 }
 
@@ -104,7 +105,7 @@ pub fn guest_kernel(
             image: default_kernel()?,
             config: None,
         }),
-        KernelChoice::SchedExt => sched_ext_kernel(),
+        KernelChoice::SchedExt => pinned_kernel(pinned(DEFAULT_SCHED_EXT_VERSION)?),
     }
 }
 
@@ -131,31 +132,17 @@ fn default_kernel() -> Result<PathBuf> {
     Ok(cached)
 }
 
-/// Debian's suite whose cloud kernel has sched_ext (Debian 12's 6.1 does not).
-const SCHED_EXT_SUITE: &str = "unstable";
 /// The option the kernel must have been built with.
 const SCHED_EXT_OPTION: &str = "CONFIG_SCHED_CLASS_EXT=y";
 
-const SCHED_EXT_HINT: &str = "sched_ext layouts need Debian's newest cloud kernel: allow     vsched to reach deb.debian.org (it uses a private apt configuration under     ~/.cache/vsched/lab/sched_ext/apt and leaves the host's sources alone), or pass     --kernel PATH to a bzImage built with CONFIG_SCHED_CLASS_EXT=y";
-
-/// The newest cloud kernel of Debian unstable, with its config, cached
-/// under `cache_dir()/sched_ext`; fetched through a private apt
-/// configuration so that the host's package sources stay as they are.
-fn sched_ext_kernel() -> Result<GuestKernel> {
-    let dir = cache_dir().join("sched_ext");
-    if let Some(k) = cached_kernel(&dir) {
-        return Ok(k);
-    }
-    let need = |source: LabError| LabError::GuestKernel {
-        hint: SCHED_EXT_HINT,
-        source: Box::new(source),
-    };
-    std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
-    let apt = Apt::private(&dir.join("apt"), SCHED_EXT_SUITE).map_err(need)?;
-    apt.update().map_err(need)?;
-    let image_pkg = apt.image_package().map_err(need)?;
-    fetch_sched_ext_kernel(&apt, &image_pkg, &dir, None).map_err(need)
-}
+/// The kernel a layout with `kernel = "sched_ext"` boots without
+/// `--kernel-version`: pinned like the rest of the matrix, so a lab result
+/// names the kernel it ran on, and changed on purpose in a commit (the
+/// scheduler's benchmark figures in docs/benchmarks.md were measured on
+/// it). Debian's unstable suite keeps only its newest kernel; when it
+/// drops this one, the fetch fails with PINNED_HINT and the default moves
+/// to another version of the matrix.
+pub const DEFAULT_SCHED_EXT_VERSION: &str = "7.2.13";
 
 /// A Debian cloud kernel with sched_ext that vsched is tested on, pinned
 /// by its image's checksum: `--kernel-version` picks one, and the same
@@ -232,7 +219,7 @@ pub fn pinned_kernel(k: &PinnedKernel) -> Result<GuestKernel> {
     std::fs::create_dir_all(&dir).map_err(LabError::io("creating", &dir))?;
     let apt = Apt::private(&dir.join("apt"), k.suite).map_err(need)?;
     apt.update().map_err(need)?;
-    fetch_sched_ext_kernel(&apt, k.package, &dir, Some(k.vmlinuz_sha256)).map_err(need)
+    fetch_sched_ext_kernel(&apt, k.package, &dir, k.vmlinuz_sha256).map_err(need)
 }
 
 const PINNED_HINT: &str = "the kernel matrix fetches Debian's cloud kernels through a private \
@@ -255,14 +242,14 @@ fn cached_kernel(dir: &Path) -> Option<GuestKernel> {
 }
 
 /// Downloads `image_pkg` (and the linux-binary-*/linux-base-* packages
-/// newer kernels split it into), checks that it has sched_ext and, with
-/// `sha256`, that its vmlinuz is the one pinned, and caches vmlinuz,
+/// newer kernels split it into), checks that its vmlinuz is the one pinned
+/// (`sha256`) and that it has sched_ext, and caches vmlinuz,
 /// config and release in `dir`.
 fn fetch_sched_ext_kernel(
     apt: &Apt,
     image_pkg: &str,
     dir: &Path,
-    sha256: Option<&str>,
+    sha256: &str,
 ) -> Result<GuestKernel> {
     let mut packages = vec![image_pkg.to_string()];
     packages.extend(
@@ -274,14 +261,12 @@ fn fetch_sched_ext_kernel(
     let extracted = apt.download_and_extract(&packages, &work)?;
     let vmlinuz = find_kernel_file(&extracted, "vmlinuz")?
         .ok_or_else(|| LabError::KernelPackage(format!("{packages:?} hold no vmlinuz")))?;
-    if let Some(want) = sha256 {
-        let got = sha256_of(&vmlinuz)?;
-        if got != want {
-            return Err(LabError::KernelPackage(format!(
-                "{image_pkg}'s vmlinuz has SHA-256 {got}, not the pinned {want}: \
-                 Debian rebuilt the package; check it and pin the new checksum"
-            )));
-        }
+    let got = sha256_of(&vmlinuz)?;
+    if got != sha256 {
+        return Err(LabError::KernelPackage(format!(
+            "{image_pkg}'s vmlinuz has SHA-256 {got}, not the pinned {sha256}: \
+             Debian rebuilt the package; check it and pin the new checksum"
+        )));
     }
     let (release, found_config) = find_config(&extracted)?
         .ok_or_else(|| LabError::KernelPackage(format!("{packages:?} hold no kernel config")))?;
@@ -507,4 +492,15 @@ pub fn busybox() -> Result<PathBuf> {
         install:
             "install it with `apt-get install busybox-static` (or `bash scripts/install-lab.sh`)",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_sched_ext_kernel_is_one_of_the_pinned_matrix() {
+        assert!(pinned(DEFAULT_SCHED_EXT_VERSION).is_ok());
+        assert!(pinned("6.1.0").is_err(), "a version outside the matrix is refused");
+    }
 }
