@@ -1,6 +1,7 @@
-//! vsched's benchmarks, as a library: what `vsched bench spin` and
-//! `vsched bench sync` run, measure and conclude. The `vsched` binary only
-//! parses their options and renders the reports these functions return.
+//! vsched's benchmarks, as a library: what `vsched bench spin`, `sync`,
+//! `sched`, `soak` and `real` run, measure and conclude. The `vsched`
+//! binary only parses their options and renders the reports these
+//! functions return.
 //!
 //! - `spin`: the spin detector's accuracy (sensitivity over timed waits,
 //!   specificity over decision windows of compute code, slowdown) and its
@@ -8,9 +9,15 @@
 //!   and with `vsched run --spin-detect`).
 //! - `sync`: pthread micro-benchmarks under glibc and under `vsched exec`,
 //!   sized by calibration, with the project's goals.
+//! - `sched`: the kernel's default scheduler against `vsched sched` (its
+//!   ablations, an oracle placement, a FIFO reference) in lab guests,
+//!   scenario by scenario.
 //! - `soak`: lab guests loading and unloading a scheduler around a mixed
 //!   workload, counting guest kernel panics per variant (the control, an
 //!   independent sched_ext scheduler, vsched and its ablations).
+//! - `real`: unmodified programs (xz, zstd, pigz, pbzip2, sqlite3,
+//!   memcached, OpenMP, a mutex program) at 1x and 4x, glibc against
+//!   `vsched exec`, in alternating pairs.
 //! - `compare`: alternating baseline and vsched runs (the machine's speed
 //!   drifts, so only alternating pairs compare fairly).
 //! - `cprogram`: the C programs (in `c/` beside this crate), compiled at

@@ -539,7 +539,7 @@ const BVS_MIN_CONTRAST_PCT: f64 = 15.0;
 const BVS_MIN_PLACED: u64 = 1500 / 4;
 /// Guests the effect, and the model it rests on, are judged over (the
 /// best one counts). The model is not required in every guest: in one
-/// (the thirteenth session's clean-clone suite, on a host noisy enough
+/// (a clean-clone suite run on 2026-11-27, on a host noisy enough
 /// that vCPU 0 read 20% available against its 50% cap) the probers'
 /// final model marked vCPU 1 (3 ms episodes) low-latency and vCPU 0 not
 /// (docs/sched.md, known weaknesses).

@@ -265,7 +265,8 @@ pub const SIGNAL_CHECK_SPACING: Duration = Duration::from_secs(2);
 /// validation takes the vCPUs of the pairs it checks at high priority,
 /// one 10 ms window per known-stacked pair (15-24 ms in all under TCG on
 /// a stacked pair), so on a VM that stays stacked this costs about 1% of
-/// those vCPUs (no loss measured: docs/benchmarks.md); two seconds is
+/// those vCPUs (no loss measured: a barrier on a stacked pair, 2026-11-26,
+/// recorded in 3e0572b); two seconds is
 /// the adaptability goal's bound.
 pub const STACKED_TOPOLOGY_EVERY: Duration = Duration::from_secs(2);
 
@@ -312,7 +313,7 @@ impl WatchSchedule {
     /// neither reads it: there it only costs (each takes every vCPU at
     /// high priority, in the IVH layout, whose capped pairs share host
     /// CPUs, for 100-250 ms every 2 s under TCG; a CPU-bound thread there
-    /// was no faster without them, docs/benchmarks.md).
+    /// was no faster without them: 2026-11-26, recorded in b563260).
     pub fn recheck_stacked(mut self, yes: bool) -> WatchSchedule {
         self.recheck_stacked = yes;
         self
