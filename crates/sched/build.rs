@@ -12,5 +12,6 @@ fn main() {
         .enable_skel("src/bpf/main.bpf.c", "bpf")
         .build()
         .expect("building the BPF scheduler");
-    println!("cargo:rerun-if-changed=src/bpf/policy.h");
+    // Every part the BPF side includes (main.bpf.c, *.bpf.h, policy.h).
+    println!("cargo:rerun-if-changed=src/bpf");
 }
