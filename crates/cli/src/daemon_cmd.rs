@@ -5,22 +5,21 @@
 //! (crates/daemon); this module wires it to the probers, the signals and
 //! the restore watchdog.
 
-use crate::probe_cmd::parse_duration;
-use crate::sched_cmd::possible_cpus;
+use crate::args::parse_duration;
 use crate::signals;
 use anyhow::{Context, Result};
-use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use vsched_daemon::history::History;
 use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
+use vsched_daemon::state::{self, DaemonStatus, Latest, Running, RwcStatus, STATUS_SCHEMA};
 use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
+use vsched_daemon::watchdog::{self, Watchdog};
 use vsched_daemon::Metrics;
-use vsched_model::report::ProbeReport;
 use vsched_probe::watch::WatchConfig;
-use vsched_sched::{preflight, Scheduler, Stats, Tunables};
+use vsched_sched::{preflight, Event, Session, Tunables};
 
 /// The port: unassigned by IANA and not in Prometheus' exporter list's
 /// common range of 9100-9400, so it does not collide with node_exporter
@@ -122,47 +121,6 @@ pub struct DaemonArgs {
     after_stdin_closes: bool,
 }
 
-/// What `vsched status` gets: the daemon's identity, its last report and
-/// what user-space RWC does.
-#[derive(serde::Serialize)]
-struct Status<'a> {
-    schema: &'static str,
-    pid: u32,
-    started_unix_s: u64,
-    metrics_url: String,
-    model_updates: u64,
-    report: Option<&'a ProbeReport>,
-    rwc: Option<&'a RwcStatus>,
-    sched: Option<&'a SchedStatus>,
-}
-
-/// The daemon's scheduler as `vsched status` shows it.
-#[derive(serde::Serialize, Clone, Default)]
-struct SchedStatus {
-    loaded: bool,
-    /// Why the kernel ejected it, if it did.
-    ejected: Option<vsched_sched::ExitInfo>,
-    counters: serde_json::Map<String, serde_json::Value>,
-}
-
-/// User-space RWC as `vsched status` shows it.
-#[derive(serde::Serialize, Clone, Default)]
-struct RwcStatus {
-    cgroups: Vec<PathBuf>,
-    dry_run: bool,
-    hidden: Vec<u32>,
-    changes: u64,
-}
-
-/// What the main loop shares with the status socket's thread.
-struct Latest {
-    model_updates: u64,
-    report: Option<ProbeReport>,
-    rwc: Option<RwcStatus>,
-    sched: Option<SchedStatus>,
-    history: History,
-}
-
 /// Where a relative --rwc-cgroup is looked for.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -200,7 +158,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     let rwc = start_rwc(&groups, &args)?;
     if rwc.is_some() && !args.dry_run {
         // Holds the watchdog's standard input open while this process lives.
-        _watchdog = Some(Watchdog::spawn(&args.rwc_state)?);
+        _watchdog = Some(spawn_watchdog(&args.rwc_state)?);
     }
     signals::catch();
     let metrics = Arc::new(Metrics::new());
@@ -212,37 +170,34 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             .context("starting the metrics server")?;
     }
     let latest = Arc::new(Mutex::new(Latest {
-        model_updates: 0,
-        report: None,
-        rwc: rwc.as_ref().map(|_| RwcStatus {
-            cgroups: groups.clone(),
-            dry_run: args.dry_run,
-            ..RwcStatus::default()
-        }),
-        sched: None,
+        status: DaemonStatus {
+            schema: STATUS_SCHEMA.to_string(),
+            pid: std::process::id(),
+            started_unix_s: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            metrics_url: format!("http://{bound}/metrics"),
+            model_updates: 0,
+            report: None,
+            rwc: rwc.as_ref().map(|_| RwcStatus {
+                cgroups: groups.clone(),
+                dry_run: args.dry_run,
+                ..RwcStatus::default()
+            }),
+            sched: None,
+        },
         history: History::new(u64::try_from(args.history.as_millis()).unwrap_or(u64::MAX)),
     }));
-    serve_status(
-        status_socket,
-        Arc::clone(&latest),
-        format!("http://{bound}/metrics"),
-    )?;
+    serve_status(status_socket, Arc::clone(&latest))?;
     let sched = if args.sched {
         preflight::check()?;
-        let s = attach_scheduler()?;
+        let s = Session::start(Tunables::default(), &[])?;
         eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
         Some(s)
     } else {
         None
     };
-    let mut daemon = Running {
-        metrics,
-        latest,
-        rwc,
-        sched,
-        counted: Stats::default(),
-        reloads: 0,
-    };
+    let mut daemon = Running::new(metrics, latest, rwc, sched);
     let (reports_tx, reports) = mpsc::channel();
     let watch = WatchConfig {
         // The topology checks that give a stacked vCPU back serve RWC:
@@ -256,9 +211,15 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         .context("starting the probers")?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     while !signals::stopped() {
-        daemon.notice_ejection();
+        if let Some(event) = daemon.check_scheduler() {
+            print_sched_event(&event);
+        }
         match reports.recv_timeout(Duration::from_millis(100)) {
-            Ok(report) => daemon.take(report)?,
+            Ok(report) => {
+                if let Some(c) = daemon.take(report)? {
+                    print_change(&c);
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 anyhow::bail!("the probers stopped")
@@ -268,9 +229,31 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // The socket file goes with the last reference (the status thread's
     // stays blocked in accept until the process exits): remove it now.
     let _ = std::fs::remove_file(&args.socket);
-    let clean = daemon.stop();
+    let stopped = daemon.stop();
+    if stopped.sched.is_some() {
+        eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
+    }
+    let clean = stopped.rwc.as_ref().is_none_or(report_outcome);
     eprintln!("vsched daemon: stopped");
     Ok(clean)
+}
+
+/// What the kernel did to the daemon's scheduler.
+fn print_sched_event(event: &Event) {
+    match event {
+        Event::Reloaded { exit, restart } => eprintln!(
+            "vsched daemon: the kernel unloaded the scheduler ({}); loaded it again (restart {restart})",
+            exit.message
+        ),
+        Event::ReloadFailed { exit, error } => eprintln!(
+            "vsched daemon: the kernel unloaded the scheduler ({}); loading it again failed: {error:#}; going on without it",
+            exit.message
+        ),
+        Event::Ejected(exit) => eprintln!(
+            "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
+            exit.reason, exit.kind, exit.message
+        ),
+    }
 }
 
 /// User-space RWC for `--rwc-cgroup` (None without it), after putting back
@@ -288,162 +271,20 @@ fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>>
 }
 
 /// Answers the status socket from `latest` on a thread of its own.
-fn serve_status(
-    socket: Arc<StatusSocket>,
-    latest: Arc<Mutex<Latest>>,
-    metrics_url: String,
-) -> Result<()> {
-    let started_unix_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+fn serve_status(socket: Arc<StatusSocket>, latest: Arc<Mutex<Latest>>) -> Result<()> {
     std::thread::Builder::new()
         .name("status".into())
         .spawn(move || {
             socket.serve(&|request| {
-                let guard = latest.lock().unwrap_or_else(|e| e.into_inner());
+                let guard = state::lock(&latest);
                 if request == "history" {
                     return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
                 }
-                let status = Status {
-                    schema: "vsched.daemon-status/v1",
-                    pid: std::process::id(),
-                    started_unix_s,
-                    metrics_url: metrics_url.clone(),
-                    model_updates: guard.model_updates,
-                    report: guard.report.as_ref(),
-                    rwc: guard.rwc.as_ref(),
-                    sched: guard.sched.as_ref(),
-                };
-                serde_json::to_string(&status).unwrap_or_default()
+                serde_json::to_string(&guard.status).unwrap_or_default()
             })
         })
         .context("starting the status socket")?;
     Ok(())
-}
-
-/// What the main loop acts on: each probe report goes to the metrics, to
-/// user-space RWC, to the scheduler and to what the status socket shows.
-struct Running {
-    metrics: Arc<Metrics>,
-    latest: Arc<Mutex<Latest>>,
-    rwc: Option<CpusetRwc>,
-    sched: Option<Scheduler<'static>>,
-    /// The scheduler's counters as last put into the metrics.
-    counted: Stats,
-    /// Reloads after the kernel's hotplug ejections.
-    reloads: u32,
-}
-
-/// Loads the scheduler. Its BPF object's storage lives as long as the
-/// daemon (a reload after a hotplug ejection needs a fresh one while the
-/// daemon's state borrows the loaded one): one small allocation per load,
-/// at most `MAX_HOTPLUG_RELOADS` + 1 of them.
-fn attach_scheduler() -> Result<Scheduler<'static>> {
-    let object = Box::leak(Box::new(MaybeUninit::uninit()));
-    Ok(Scheduler::attach(
-        object,
-        Tunables::default(),
-        possible_cpus(),
-        &[],
-    )?)
-}
-
-impl Running {
-    fn take(&mut self, r: ProbeReport) -> Result<()> {
-        self.metrics
-            .update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
-        self.metrics.update_topology(r.topology.as_ref());
-        if let Some(rwc) = self.rwc.as_mut() {
-            let change = rwc
-                .update(&r)
-                .context("user-space RWC could not save the cpusets; nothing was changed")?;
-            if let Some(c) = &change {
-                print_change(c);
-            }
-            self.metrics
-                .update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
-        }
-        let mut guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-        guard.model_updates += 1;
-        if let (Some(status), Some(rwc)) = (guard.rwc.as_mut(), self.rwc.as_ref()) {
-            status.hidden = rwc.hidden().to_vec();
-            status.changes = rwc.changes();
-        }
-        if let Some(s) = &self.sched {
-            s.update_model(&vsched_sched::model::from_report(&r, true))?;
-            let now = s.stats()?;
-            self.metrics
-                .update_sched(true, &now.since(&self.counted).values);
-            guard.sched = Some(SchedStatus {
-                loaded: true,
-                ejected: None,
-                counters: now.to_json_map(),
-            });
-            self.counted = now;
-        }
-        let hidden = self.rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
-        guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
-        guard.report = Some(r);
-        Ok(())
-    }
-
-    /// If the kernel ejected the scheduler: load it again if the kernel
-    /// asks (a vCPU went offline or came online), else say why and go on
-    /// without it.
-    fn notice_ejection(&mut self) {
-        let Some(info) = self.sched.as_ref().and_then(|s| s.exit_info()) else {
-            return;
-        };
-        if info.asks_restart() && self.reloads < vsched_sched::MAX_HOTPLUG_RELOADS {
-            if let Some(s) = self.sched.take() {
-                s.detach();
-            }
-            self.reloads += 1;
-            eprintln!(
-                "vsched daemon: the kernel unloaded the scheduler ({}); loading it again (restart {})",
-                info.message, self.reloads
-            );
-            match attach_scheduler() {
-                Ok(s) => {
-                    // The new instance's counters start from zero.
-                    self.counted = Stats::default();
-                    let guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(r) = &guard.report {
-                        let _ = s.update_model(&vsched_sched::model::from_report(r, true));
-                    }
-                    drop(guard);
-                    self.sched = Some(s);
-                    return;
-                }
-                Err(e) => eprintln!("vsched daemon: loading the scheduler again failed: {e:#}"),
-            }
-        }
-        eprintln!(
-            "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
-            info.reason, info.kind, info.message
-        );
-        if let Some(s) = self.sched.take() {
-            s.detach();
-        }
-        self.metrics.update_sched(false, &[]);
-        let mut guard = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(status) = guard.sched.as_mut() {
-            status.loaded = false;
-            status.ejected = Some(info);
-        }
-    }
-
-    /// Unloads the scheduler and puts the cpusets back; false when
-    /// something could not be put back.
-    fn stop(&mut self) -> bool {
-        if let Some(s) = self.sched.take() {
-            s.detach();
-            eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
-        }
-        self.rwc
-            .as_mut()
-            .is_none_or(|rwc| report_outcome(&rwc.restore()))
-    }
 }
 
 fn print_change(c: &rwc::Change) {
@@ -492,7 +333,7 @@ fn report_outcome(o: &rwc::Outcome) -> bool {
 /// without one); the watchdog first waits for its daemon to end.
 fn restore(state_file: &std::path::Path, after_stdin_closes: bool) -> Result<bool> {
     if after_stdin_closes {
-        Watchdog::wait_for_daemon();
+        watchdog::wait_for_daemon();
     }
     match rwc::restore_file(state_file)
         .with_context(|| format!("restoring the cpusets recorded in {}", state_file.display()))?
@@ -513,54 +354,16 @@ fn restore(state_file: &std::path::Path, after_stdin_closes: bool) -> Result<boo
     }
 }
 
-/// A second process that puts the cpusets back if the daemon dies without
-/// doing so (SIGKILL, a crash, a restore that failed): it blocks reading a
-/// pipe whose only writer is the daemon, so the read ends when the daemon
-/// does, however it ends; a daemon that stopped cleanly has removed the
-/// state file by then. Never waited for: the daemon's exit is what it
-/// waits for (it is re-parented and reaped by init).
-struct Watchdog {
-    _child: std::process::Child,
-}
-
-impl Watchdog {
-    fn spawn(state_file: &std::path::Path) -> Result<Watchdog> {
-        let child = std::process::Command::new("/proc/self/exe")
-            .arg("daemon")
-            .arg("--restore")
-            .arg("--after-stdin-closes")
-            .arg("--rwc-state")
-            .arg(state_file)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .context("starting the restore watchdog")?;
-        Ok(Watchdog { _child: child })
-    }
-
-    /// In the watchdog: ignore the signals that stop the daemon (Ctrl-C
-    /// reaches the whole process group, systemd signals the whole unit),
-    /// then wait for the daemon's end.
-    fn wait_for_daemon() {
-        // SAFETY: setting a disposition to SIG_IGN runs no code in the
-        // handler context.
-        unsafe {
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
-            libc::signal(libc::SIGTERM, libc::SIG_IGN);
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-        }
-        // SAFETY: getppid has no preconditions.
-        let daemon = unsafe { libc::getppid() };
-        let mut sink = [0u8; 64];
-        use std::io::Read;
-        let mut stdin = std::io::stdin();
-        while !matches!(stdin.read(&mut sink), Ok(0) | Err(_)) {}
-        // The pipe closes as the daemon exits; until it has (this process
-        // is re-parented then), its state file names a live daemon.
-        // SAFETY: as above.
-        while unsafe { libc::getppid() } == daemon {
-            // The daemon is exiting: milliseconds; a few checks suffice.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+/// The watchdog (vsched_daemon::watchdog): this binary's restore mode,
+/// which waits for this daemon's end and puts back what the state file
+/// records.
+fn spawn_watchdog(state_file: &std::path::Path) -> Result<Watchdog> {
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command
+        .arg("daemon")
+        .arg("--restore")
+        .arg("--after-stdin-closes")
+        .arg("--rwc-state")
+        .arg(state_file);
+    Watchdog::spawn(command).context("starting the restore watchdog")
 }

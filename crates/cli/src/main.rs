@@ -1,5 +1,6 @@
 //! `vsched`: makes multithreaded programs run well on cloud vCPUs.
 
+mod args;
 mod bench_cmd;
 mod bench_real;
 mod bench_sched;
@@ -26,10 +27,17 @@ use std::process::ExitCode;
 #[command(
     name = "vsched",
     version,
-    about = "Measure and adapt to the vCPUs a cloud really hands out",
-    long_about = "vsched measures each vCPU's real capacity, activity and topology from inside \
-an ordinary VM (no hypervisor help, no kernel module) so that programs can be placed and \
-synchronised accordingly."
+    about = "Makes multithreaded programs run well on cloud vCPUs: probes the vCPUs, runs programs with \
+an oversubscription-friendly runtime or spin detection, loads a sched_ext scheduler, runs a daemon, \
+a VM lab and benchmarks",
+    long_about = "Makes multithreaded programs run well on cloud vCPUs: probes the vCPUs, runs programs \
+with an oversubscription-friendly runtime or spin detection, loads a sched_ext scheduler, runs a \
+daemon, a VM lab and benchmarks.\n\n\
+vsched measures each vCPU's real capacity, activity and topology from inside an ordinary VM (no \
+hypervisor help, no kernel module) and acts on them: `exec` preloads its pthread runtime, `run \
+--spin-detect` deschedules busy-waiting threads, `sched` loads its sched_ext scheduler, which places \
+tasks by the measured vCPU model, and `daemon` keeps probing, serves the model as metrics and, if \
+asked, loads that scheduler or keeps cgroups off hidden vCPUs (user-space RWC)."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -54,7 +62,7 @@ enum Command {
     Exec(exec_cmd::ExecArgs),
     /// Load vsched's sched_ext scheduler (places tasks by the measured vCPU model)
     Sched(sched_cmd::SchedArgs),
-    /// Keep probing and serve the vCPU model as Prometheus metrics on loopback
+    /// Keep probing and serve the vCPU model as Prometheus metrics on loopback; optionally user-space RWC (--rwc-cgroup) or load the scheduler (--sched)
     Daemon(daemon_cmd::DaemonArgs),
     /// The running daemon's vCPU model (from its status socket)
     Status(status_cmd::StatusArgs),

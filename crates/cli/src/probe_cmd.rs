@@ -1,5 +1,6 @@
 //! `vsched probe`: argument checking, the one-shot and `--watch` loops, output.
 
+use crate::args::parse_duration;
 use crate::progress::Progress;
 use crate::render;
 use crate::signals;
@@ -115,18 +116,6 @@ pub struct ProbeArgs {
     /// Also draw the report as SVG: capacity and availability bars, the pair-latency heatmap (under --watch: redrawn at every update)
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-}
-
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s.trim_start().starts_with('-') {
-        return Err(format!("{s:?}: durations cannot be negative"));
-    }
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250ms, 2s, 500us"))?;
-    if d.is_zero() {
-        return Err(format!("{s:?}: the duration must be greater than zero"));
-    }
-    Ok(d)
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {

@@ -2,18 +2,17 @@
 //! feeding it the vCPU model, print its counters, and unload it on Ctrl-C,
 //! SIGTERM or when the program it was started for exits.
 
-use crate::probe_cmd::parse_duration;
+use crate::args::parse_duration;
 use crate::signals;
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use vsched_probe::plan::Windows;
 use vsched_probe::watch::WatchConfig;
-use vsched_sched::{model, preflight, Scheduler, Stats, Tunables};
+use vsched_sched::{preflight, Event, Session, Stats, Tunables};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -150,18 +149,11 @@ struct Summary {
     program_exit_code: Option<i32>,
 }
 
+/// The loader's tunables as loaded, and the flags that are the CLI's own.
 #[derive(serde::Serialize)]
 struct TunablesJson {
-    slice_ns: u64,
-    rwc: bool,
-    capacity: bool,
-    reference_fifo: bool,
-    bvs: bool,
-    bvs_state_check: bool,
-    ivh: bool,
-    ivh_activity_aware: bool,
-    ivh_at_tick: bool,
-    heartbeat_ns: u64,
+    #[serde(flatten)]
+    loaded: Tunables,
     latency_sensitive: Vec<String>,
     probe: bool,
     /// The probers' rhythm and light window (0 with `--no-probe`).
@@ -172,7 +164,7 @@ struct TunablesJson {
 /// The scheduler's tunables as the flags set them.
 fn tunables(args: &SchedArgs) -> Tunables {
     Tunables {
-        slice_ns: u64::try_from(args.slice.as_nanos()).unwrap_or(u64::MAX),
+        slice_ns: nanos(args.slice),
         rwc: !args.no_rwc,
         capacity: !args.no_capacity,
         reference_fifo: args.reference_fifo,
@@ -183,11 +175,13 @@ fn tunables(args: &SchedArgs) -> Tunables {
         // The activity-unaware ablation is the heartbeat's moves without
         // the pre-wake; the tick rule's rested check is activity-aware.
         ivh_at_tick: !args.ivh_beats_only && !args.ivh_unaware,
-        beat_ns: u64::try_from(args.heartbeat.as_nanos()).unwrap_or(u64::MAX),
-        inject_error_after_ns: args.inject_error_after.map_or(0, |d| {
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-        }),
+        beat_ns: nanos(args.heartbeat),
+        inject_error_after_ns: args.inject_error_after.map_or(0, |d| nanos(d).max(1)),
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 pub fn run(args: SchedArgs) -> Result<u8> {
@@ -200,208 +194,169 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         );
     }
     preflight::check()?;
-    let nr_cpus = possible_cpus();
     let tunables = tunables(&args);
     signals::catch();
     let started = Instant::now();
+    let mut session = Session::start(tunables, &args.latency_sensitive)?;
+    announce(&args, &session, &tunables);
+    // The probers and the program start once the scheduler runs.
     let (reports_tx, reports) = mpsc::channel();
-    // Moved into the probers' thread once the scheduler first loaded.
-    let mut reports_tx = Some(reports_tx);
-    let mut prober = None;
-    let mut child = None;
-
-    let mut model_updates = 0u64;
-    let mut last_model = Vec::new();
-    let mut probe_overhead = None;
-    let mut program_exit_code = None;
-    // Counters of the attachments before the current one (a restart
-    // starts the BPF side's counters from zero).
-    let mut earlier_totals: Option<Stats> = None;
-    let mut restarts = 0u32;
-    // Why the kernel last unloaded it, while a reload is under way.
-    let mut reloading_after: Option<vsched_sched::ExitInfo> = None;
-    let (ejected, totals) = loop {
-        let mut object = MaybeUninit::uninit();
-        let attach_started = Instant::now();
-        let sched = match Scheduler::attach(&mut object, tunables, nr_cpus, &args.latency_sensitive)
-        {
-            Ok(s) => s,
-            // A reload that fails leaves the kernel's scheduler in charge,
-            // as an ejection does: the program, if any, runs on.
-            Err(e) if restarts > 0 => {
-                eprintln!("vsched sched: loading the scheduler again failed: {e:#}");
-                break (
-                    reloading_after.take(),
-                    earlier_totals.take().unwrap_or_default(),
-                );
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if restarts == 0 {
-            eprintln!(
-                "vsched sched: loaded on {nr_cpus} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
-                on_off(tunables.rwc),
-                on_off(tunables.capacity),
-                on_off(tunables.bvs),
-                on_off(tunables.ivh),
-                on_off(!args.no_probe)
-            );
-            if args.verbose {
-                if let Some(insns) = sched.verified_instructions() {
-                    eprintln!(
-                        "vsched sched: the kernel's verifier went through {insns} instructions; loading took {:.1} s",
-                        attach_started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            // The probers and the program start once the scheduler runs.
-            let tx = reports_tx
-                .take()
-                .expect("the first attachment starts the probers");
-            prober = start_probers(&args, tunables, tx)?;
-            child = spawn_program(&args.program)?;
-        } else if !last_model.is_empty() {
-            // The model the probers gave last, at once: the next report
-            // may be a second away.
-            sched.update_model(&last_model)?;
-        }
-        let mut last_print = Instant::now();
-        let mut printed = sched.stats()?;
-        let ejected = loop {
-            if let Some(info) = sched.exit_info() {
-                break Some(info);
-            }
-            while let Ok(report) = reports.try_recv() {
-                probe_overhead = report.overhead;
-                let new_model = model::from_report(&report, tunables.rwc);
-                sched.update_model(&new_model)?;
-                model_updates += 1;
-                // A line whenever what RWC hides changes (and for the first
-                // model): the event a user, or a benchmark waiting for the
-                // model, looks for.
-                let hidden = |m: &[vsched_sched::VcpuModel]| {
-                    m.iter().map(|v| v.visibility).collect::<Vec<_>>()
-                };
-                if args.verbose || model_updates == 1 || hidden(&new_model) != hidden(&last_model) {
-                    eprintln!(
-                        "vsched sched: model {model_updates}: {}",
-                        describe(&new_model)
-                    );
-                }
-                last_model = new_model;
-            }
-            if let Some(c) = child.as_mut() {
-                if let Some(status) = c.try_wait().context("waiting for the program")? {
-                    program_exit_code = Some(exit_code(status));
-                    break None;
-                }
-            }
-            if signals::stopped() {
-                if let Some(c) = child.as_mut() {
-                    program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
-                }
-                break None;
-            }
-            if !args.quiet && last_print.elapsed() >= args.interval {
-                let now = sched.stats()?;
-                print_line(&now.since(&printed), started.elapsed(), model_updates);
-                printed = now;
-                last_print = Instant::now();
-            }
-            // Every wake-up of this loop is a task the scheduler must fit in
-            // beside the user's: 10 per second is prompt enough for Ctrl-C,
-            // a program's exit and new models.
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let these = sched.stats()?;
-        let totals = earlier_totals
-            .as_ref()
-            .map_or(these.clone(), |e| e.plus(&these));
-        let exit_after = sched.detach();
-        let ejected = ejected.or(exit_after.filter(|e| e.is_error()));
-        match &ejected {
-            // A vCPU went offline or came online (a resize): the kernel
-            // ejects a scheduler that does not handle hotplug and asks for
-            // it again. Reloading is what keeps vsched on a resized VM; a
-            // kernel that kept asking would be a loop, hence the bound.
-            Some(e) if e.asks_restart() && restarts < vsched_sched::MAX_HOTPLUG_RELOADS => {
-                restarts += 1;
-                eprintln!(
-                    "vsched sched: the kernel unloaded the scheduler ({}); loading it again (restart {restarts})",
-                    e.message
-                );
-                earlier_totals = Some(totals);
-                reloading_after = ejected;
-            }
-            _ => break (ejected, totals),
-        }
-    };
-    if let (Some(e), Some(c)) = (&ejected, child.as_mut()) {
-        if program_exit_code.is_none() {
-            // The program goes on under the kernel's own scheduler; its
-            // exit status is still what this command returns.
-            eprintln!(
-                "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
-                e.reason, e.message
-            );
-            program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
-        }
+    let prober = start_probers(&args, tunables, reports_tx)?;
+    let mut child = spawn_program(&args.program)?;
+    let fed = feed_until_done(&args, &mut session, &reports, child.as_mut(), started)?;
+    let (model_updates, model) = (session.model_updates(), session.model().to_vec());
+    let ending = session.stop();
+    let mut program_exit_code = fed.program_exit_code;
+    if let (Some(e), Some(c), None) = (&ending.ejected, child.as_mut(), program_exit_code) {
+        // The program goes on under the kernel's own scheduler; its exit
+        // status is still what this command returns.
+        eprintln!(
+            "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
+            e.reason, e.message
+        );
+        program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
     }
     drop(reports);
     if let Some(p) = prober {
         // The probers notice the closed channel after their current step.
         let _ = p.join();
     }
-    let probe_ns = |d: Duration| {
-        if args.no_probe {
-            0
-        } else {
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-        }
-    };
+    let probe_ns = |d: Duration| if args.no_probe { 0 } else { nanos(d) };
     let summary = Summary {
         schema: "vsched.sched-summary/v2",
         seconds: started.elapsed().as_secs_f64(),
         tunables: TunablesJson {
-            slice_ns: tunables.slice_ns,
-            rwc: tunables.rwc,
-            capacity: tunables.capacity,
-            reference_fifo: tunables.reference_fifo,
-            bvs: tunables.bvs,
-            bvs_state_check: tunables.bvs_state_check,
-            ivh: tunables.ivh,
-            ivh_activity_aware: tunables.ivh_activity_aware,
-            ivh_at_tick: tunables.ivh_at_tick,
-            heartbeat_ns: tunables.beat_ns,
+            loaded: tunables,
             latency_sensitive: args.latency_sensitive.clone(),
             probe: !args.no_probe,
             probe_interval_ns: probe_ns(args.probe_interval),
             light_window_ns: probe_ns(args.light_window),
         },
-        counters: totals.to_json_map(),
+        counters: ending.totals.to_json_map(),
         model_updates,
-        model: last_model,
-        probe_overhead,
-        ejected: ejected.clone(),
-        restarts,
+        model,
+        probe_overhead: fed.probe_overhead,
+        ejected: ending.ejected.clone(),
+        restarts: ending.restarts,
         program_exit_code,
     };
-    print_summary(&summary, &totals);
+    print_summary(&summary, &ending.totals);
     if let Some(path) = &args.stats_json {
         let json = serde_json::to_string_pretty(&summary)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
-    if let Some(e) = &ejected {
+    if let Some(e) = &ending.ejected {
         eprintln!(
             "vsched sched: the kernel ejected the scheduler: {} ({}) {}",
             e.reason, e.kind, e.message
         );
     }
-    Ok(match (program_exit_code, &ejected) {
+    Ok(match (program_exit_code, &ending.ejected) {
         (Some(code), _) => code as u8,
         (None, Some(_)) => 1,
         (None, None) => 0,
     })
+}
+
+/// The line that says the scheduler runs (tests and the benchmarks wait
+/// for it), and with -v what loading it cost.
+fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
+    eprintln!(
+        "vsched sched: loaded on {} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
+        session.nr_cpus(),
+        on_off(t.rwc),
+        on_off(t.capacity),
+        on_off(t.bvs),
+        on_off(t.ivh),
+        on_off(!args.no_probe)
+    );
+    if args.verbose {
+        if let Some(insns) = session.verified_instructions() {
+            eprintln!(
+                "vsched sched: the kernel's verifier went through {insns} instructions; loading took {:.1} s",
+                session.load_time().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// What the feed loop learnt besides the session's own state.
+struct Fed {
+    program_exit_code: Option<i32>,
+    probe_overhead: Option<vsched_model::report::Overhead>,
+}
+
+/// Feeds the probers' reports to the scheduler and prints its counters
+/// until the program exits, vsched is asked to stop, or the kernel ejects
+/// the scheduler for good (reloading it after hot-plug ejections).
+fn feed_until_done(
+    args: &SchedArgs,
+    session: &mut Session,
+    reports: &mpsc::Receiver<vsched_model::report::ProbeReport>,
+    mut child: Option<&mut Child>,
+    started: Instant,
+) -> Result<Fed> {
+    let mut fed = Fed {
+        program_exit_code: None,
+        probe_overhead: None,
+    };
+    let mut last_print = Instant::now();
+    let mut printed = session.totals()?;
+    loop {
+        match session.check() {
+            None => {}
+            Some(Event::Reloaded { exit, restart }) => eprintln!(
+                "vsched sched: the kernel unloaded the scheduler ({}); loaded it again (restart {restart})",
+                exit.message
+            ),
+            // A reload that fails leaves the kernel's scheduler in charge,
+            // as an ejection does: the program, if any, runs on.
+            Some(Event::ReloadFailed { exit, error }) => {
+                eprintln!(
+                    "vsched sched: the kernel unloaded the scheduler ({}); loading it again failed: {error:#}",
+                    exit.message
+                );
+                return Ok(fed);
+            }
+            Some(Event::Ejected(_)) => return Ok(fed),
+        }
+        while let Ok(report) = reports.try_recv() {
+            fed.probe_overhead = report.overhead;
+            if session.feed(&report)? || args.verbose {
+                eprintln!(
+                    "vsched sched: model {}: {}",
+                    session.model_updates(),
+                    describe(session.model())
+                );
+            }
+        }
+        if let Some(c) = child.as_mut() {
+            if let Some(status) = c.try_wait().context("waiting for the program")? {
+                fed.program_exit_code = Some(exit_code(status));
+                return Ok(fed);
+            }
+        }
+        if signals::stopped() {
+            if let Some(c) = child.as_mut() {
+                fed.program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
+            }
+            return Ok(fed);
+        }
+        if !args.quiet && last_print.elapsed() >= args.interval {
+            let now = session.totals()?;
+            print_line(
+                &now.since(&printed),
+                started.elapsed(),
+                session.model_updates(),
+            );
+            printed = now;
+            last_print = Instant::now();
+        }
+        // Every wake-up of this loop is a task the scheduler must fit in
+        // beside the user's: 10 per second is prompt enough for Ctrl-C,
+        // a program's exit and new models.
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Starts the probers' thread (unless `--no-probe`), sending its reports
@@ -496,13 +451,6 @@ fn on_off(b: bool) -> &'static str {
     } else {
         "off"
     }
-}
-
-/// CPU ids the kernel may ever use (the BPF maps are indexed by them).
-pub(crate) fn possible_cpus() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    n.max(1) as usize
 }
 
 /// Waits for `child`, passing SIGTERM on once vsched is asked to stop (the

@@ -1,7 +1,7 @@
 //! `vsched spin-detect --pid PID` and `vsched run --spin-detect -- PROGRAM`:
 //! find threads that busy-wait and deschedule them.
 
-use crate::probe_cmd::parse_duration;
+use crate::args::parse_duration;
 use crate::signals;
 use anyhow::{bail, Context, Result};
 use clap::Args;

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use vsched_daemon::history::HistoryAnswer;
+use vsched_daemon::state::DaemonStatus;
 use vsched_daemon::status::{fetch, DEFAULT_SOCKET};
 
 #[derive(clap::Args, Debug)]
@@ -63,46 +64,43 @@ pub fn run(args: StatusArgs) -> Result<bool> {
         println!("{text}");
         return Ok(true);
     }
-    let status: serde_json::Value =
-        serde_json::from_str(&text).context("the daemon's answer is not JSON")?;
+    let status: DaemonStatus = serde_json::from_str(&text).context(
+        "the daemon's status is not what this vsched reads (a daemon of another version?)",
+    )?;
     print_table(&status);
     Ok(true)
 }
 
-fn print_table(s: &serde_json::Value) {
+fn print_table(s: &DaemonStatus) {
     println!(
         "vsched daemon pid {}, {} model updates, metrics at {}",
-        s["pid"],
-        s["model_updates"],
-        s["metrics_url"].as_str().unwrap_or("?")
+        s.pid, s.model_updates, s.metrics_url
     );
-    if let Some(rwc) = s["rwc"].as_object() {
-        let cgroups: Vec<&str> = rwc["cgroups"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
-            .unwrap_or_default();
-        let hidden: Vec<u32> = rwc["hidden"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|c| c.as_u64())
-                    .map(|c| c as u32)
-                    .collect()
-            })
-            .unwrap_or_default();
+    if let Some(rwc) = &s.rwc {
+        let cgroups: Vec<String> = rwc
+            .cgroups
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect();
         println!(
             "  user-space RWC{}: hides vCPUs [{}] from {} ({} changes)",
-            if rwc["dry_run"] == true {
-                " (dry run)"
-            } else {
-                ""
-            },
-            vsched_model::cpulist::format_cpu_list(&hidden),
+            if rwc.dry_run { " (dry run)" } else { "" },
+            vsched_model::cpulist::format_cpu_list(&rwc.hidden),
             cgroups.join(", "),
-            rwc["changes"]
+            rwc.changes
         );
     }
-    let Some(vcpus) = s["report"]["vcpus"].as_array() else {
+    if let Some(sched) = &s.sched {
+        match &sched.ejected {
+            Some(e) => println!(
+                "  scheduler: ejected by the kernel: {} ({})",
+                e.reason, e.message
+            ),
+            None if sched.loaded => println!("  scheduler: loaded"),
+            None => println!("  scheduler: not loaded"),
+        }
+    }
+    let Some(report) = &s.report else {
         println!("  no model yet (the first probe report is on its way)");
         return;
     };
@@ -110,31 +108,28 @@ fn print_table(s: &serde_json::Value) {
         "\n  {:>4} {:>8} {:>10} {:>7} {:>13} {:>12}  flags",
         "vcpu", "capacity", "available", "steal", "episode mean", "episode p95"
     );
-    let num = |v: &serde_json::Value, digits: usize| {
-        v.as_f64()
-            .map_or("-".to_string(), |x| format!("{x:.digits$}"))
-    };
-    for v in vcpus {
+    let num =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |x| format!("{x:.digits$}"));
+    let ms = |us: Option<f64>| us.map_or("-".to_string(), |us| format!("{:.2} ms", us / 1e3));
+    for v in &report.vcpus {
         let mut flags = vec![];
-        if v["stacked"] == true {
-            flags.push(format!("stacked with {}", v["stacked_with"]));
+        if v.stacked {
+            flags.push(format!(
+                "stacked with [{}]",
+                vsched_model::cpulist::format_cpu_list(&v.stacked_with)
+            ));
         }
-        if v["straggler"] == true {
+        if v.straggler {
             flags.push("straggler".to_string());
         }
-        let ms = |field: &str| {
-            v["episodes"][field]
-                .as_f64()
-                .map_or("-".to_string(), |us| format!("{:.2} ms", us / 1e3))
-        };
         println!(
             "  {:>4} {:>8} {:>9}% {:>6}% {:>13} {:>12}  {}",
-            v["cpu"].to_string(),
-            num(&v["capacity"], 0),
-            num(&v["available_pct"], 1),
-            num(&v["steal_pct"], 1),
-            ms("mean_us"),
-            ms("p95_us"),
+            v.cpu,
+            num(v.capacity.map(f64::from), 0),
+            num(v.available_pct, 1),
+            num(v.steal_pct, 1),
+            ms(v.episodes.as_ref().map(|e| e.mean_us)),
+            ms(v.episodes.as_ref().map(|e| e.p95_us)),
             flags.join(", ")
         );
     }

@@ -60,7 +60,7 @@ fn reloads_itself_while_vcpus_go_offline_and_come_back() {
         "{text}"
     );
     assert!(
-        text.contains("loading it again"),
+        text.contains("loaded it again"),
         "the kernel's hotplug ejection was followed by a reload: {text}"
     );
     assert!(text.contains("@state enabled"), "loaded at the end: {text}");
@@ -81,7 +81,7 @@ fn the_daemon_reloads_its_scheduler_after_a_vcpu_goes_offline() {
     );
     let out = run_in_guest("sched/stacked-pair", &[&cmd]);
     let (_, text) = &out[0];
-    assert!(text.contains("loading it again"), "reloaded: {text}");
+    assert!(text.contains("loaded it again"), "reloaded: {text}");
     assert!(text.contains("@state enabled"), "loaded again: {text}");
     assert!(text.contains("@exit 0"), "{text}");
 }

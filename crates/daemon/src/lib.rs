@@ -8,14 +8,20 @@
 //! - `status`: the root-only Unix socket `vsched status` reads;
 //! - `history`: the last minutes of the model, for `vsched status --plot`;
 //! - `rwc` and `cpuset`: user-space RWC, the configured cgroups' cpusets
-//!   kept off hidden vCPUs and put back as they were.
+//!   kept off hidden vCPUs and put back as they were;
+//! - `watchdog`: the process that puts them back if the daemon dies;
+//! - `state`: the running daemon, each report handed to the metrics, RWC
+//!   and the scheduler (`--sched`, vsched-sched's session), and the status
+//!   schema `vsched status` reads.
 
 pub mod cpuset;
 pub mod history;
 pub mod metrics;
 pub mod rwc;
 pub mod serve;
+pub mod state;
 pub mod status;
+pub mod watchdog;
 
 /// An error and its causes on one line ("a: b: c"), for messages the
 /// daemon prints where no anyhow context is at hand (a drop).

@@ -501,6 +501,9 @@ mod tests {
     #[test]
     fn the_default_sched_ext_kernel_is_one_of_the_pinned_matrix() {
         assert!(pinned(DEFAULT_SCHED_EXT_VERSION).is_ok());
-        assert!(pinned("6.1.0").is_err(), "a version outside the matrix is refused");
+        assert!(
+            pinned("6.1.0").is_err(),
+            "a version outside the matrix is refused"
+        );
     }
 }

@@ -21,16 +21,12 @@ pub enum SchedError {
     )]
     AnotherScheduler(String),
     #[error(
-        "this VM has {0} vCPUs; the scheduler handles at most {max} (its placement scans \
-         every vCPU on each wake-up)",
-        max = crate::loader::MAX_CPUS
+        "this VM has {count} vCPUs; the scheduler handles at most {max} (its placement \
+         scans every vCPU on each wake-up)"
     )]
-    TooManyCpus(usize),
-    #[error(
-        "{0} names given to --latency-sensitive; at most {max}",
-        max = crate::loader::MAX_LATENCY_COMMS
-    )]
-    TooManyLatencyComms(usize),
+    TooManyCpus { count: usize, max: usize },
+    #[error("{count} names given to --latency-sensitive; at most {max}")]
+    TooManyLatencyComms { count: usize, max: usize },
     #[error("reading {path}: {source}", path = .path.display())]
     Read {
         path: PathBuf,

@@ -11,12 +11,15 @@
 //! * [`model`]: a probe report turned into the per-vCPU entries the BPF side
 //!   reads (capacity, and what RWC hides).
 //! * [`loader`]: open, load, attach, update, detach.
+//! * [`session`]: a scheduler kept loaded: fed every probe report, loaded
+//!   again after the kernel's hot-plug ejections, counters over every load.
 //! * [`stats`]: the BPF side's counters, declared as data.
 
 pub mod error;
 pub mod loader;
 pub mod model;
 pub mod preflight;
+pub mod session;
 pub mod stats;
 
 mod bpf_intf;
@@ -25,4 +28,5 @@ mod bpf_skel;
 pub use error::SchedError;
 pub use loader::{ExitInfo, Scheduler, Tunables, MAX_HOTPLUG_RELOADS};
 pub use model::{VcpuModel, Visibility};
+pub use session::{Ending, Event, Session};
 pub use stats::Stats;

@@ -21,8 +21,9 @@ pub use libbpf_rs::OpenObject as BpfObject;
 /// vCPUs the BPF side handles (intf.h's VS_MAX_CPUS).
 pub const MAX_CPUS: usize = crate::bpf_intf::vs_consts_VS_MAX_CPUS as usize;
 
-/// The knobs fixed at load time (BPF read-only data).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The knobs fixed at load time (BPF read-only data), as `vsched sched
+/// --stats-json` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Tunables {
     /// Time slice of a task when others wait.
     pub slice_ns: u64,
@@ -48,8 +49,10 @@ pub struct Tunables {
     /// (off: only the heartbeat's predicted switch-off moves tasks).
     pub ivh_at_tick: bool,
     /// Heartbeat period on busy vCPUs that lose time.
+    #[serde(rename = "heartbeat_ns")]
     pub beat_ns: u64,
     /// Tests only: a BPF runtime error this long after loading (0: never).
+    #[serde(skip)]
     pub inject_error_after_ns: u64,
 }
 
@@ -77,7 +80,7 @@ impl Default for Tunables {
 /// steering around (the lab's high-latency vCPUs: 3 ms; the paper's
 /// 2x-latency VMs). Each beat is a timer interrupt, armed only on vCPUs
 /// the probe saw lose more than 5%. Measured against 0.5 ms, 5 rounds
-/// side by side (docs/benchmarks.md): IVH at 1 thread 1.45x vs 1.37x the
+/// side by side (2026-11-26, recorded in e67d5c1): IVH at 1 thread 1.45x vs 1.37x the
 /// default, at 4 threads 0.94x vs 0.83x; BVS p95 no worse (1.46x vs
 /// 1.41x; beside best-effort work 2.40x vs 1.46x); 2 ms lost at 1 thread
 /// (1.23x): its four-beat margin is most of a 5 ms stretch.
@@ -98,7 +101,7 @@ pub const DEFAULT_SLICE_NS: u64 = 3_000_000;
 pub const MAX_HOTPLUG_RELOADS: u32 = 64;
 
 /// Why the kernel stopped the scheduler (sched_ext's exit info).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ExitInfo {
     /// `enum scx_exit_kind`: 0 none, 1 done, 2-3 unregistered, 4 sysrq,
     /// 1024+ errors (1024 runtime error, 1025 BPF error, 1026 stall).
@@ -185,10 +188,16 @@ impl<'obj> Scheduler<'obj> {
         latency_comms: &[String],
     ) -> Result<Scheduler<'obj>, SchedError> {
         if nr_cpus > MAX_CPUS {
-            return Err(SchedError::TooManyCpus(nr_cpus));
+            return Err(SchedError::TooManyCpus {
+                count: nr_cpus,
+                max: MAX_CPUS,
+            });
         }
         if latency_comms.len() > MAX_LATENCY_COMMS {
-            return Err(SchedError::TooManyLatencyComms(latency_comms.len()));
+            return Err(SchedError::TooManyLatencyComms {
+                count: latency_comms.len(),
+                max: MAX_LATENCY_COMMS,
+            });
         }
         libbpf_rs::set_print(Some((PrintLevel::Info, remember_libbpf_line)));
         let mut open: OpenBpfSkel = BpfSkelBuilder::default()

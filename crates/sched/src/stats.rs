@@ -165,9 +165,16 @@ pub const STATS: &[StatDef] = &[
 pub const NR_STATS: u32 = s::vs_stat_VS_NR_STATS;
 
 /// Counter values, summed over CPUs, in [`STATS`] order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub values: Vec<(&'static str, u64)>,
+}
+
+/// Every counter at zero (not no counters: sums start from it).
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::from_totals(&[])
+    }
 }
 
 impl Stats {
@@ -230,6 +237,16 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session's totals start from the default and add each load's
+    /// counters: a default without counters summed to nothing.
+    #[test]
+    fn sums_from_the_default_keep_every_counter() {
+        let first = Stats::from_totals(&[3; NR_STATS as usize]);
+        let sum = Stats::default().plus(&first);
+        assert_eq!(sum, first);
+        assert_eq!(sum.values.len(), STATS.len());
+    }
 
     #[test]
     fn every_counter_is_declared_once() {

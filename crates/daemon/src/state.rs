@@ -1,0 +1,171 @@
+//! The running daemon: what each probe report changes (the metrics,
+//! user-space RWC, the scheduler it feeds) and what the status socket
+//! shows, in the typed schema `vsched status` reads back.
+
+use crate::history::History;
+use crate::metrics::Metrics;
+use crate::rwc::{self, CpusetRwc, RwcError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use vsched_model::report::ProbeReport;
+use vsched_sched::{Ending, Event, ExitInfo, SchedError, Session, Stats};
+
+/// The status schema's name and version.
+pub const STATUS_SCHEMA: &str = "vsched.daemon-status/v1";
+
+/// What `vsched status` gets: the daemon's identity, its last report,
+/// what user-space RWC does and how its scheduler fares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    pub schema: String,
+    pub pid: u32,
+    pub started_unix_s: u64,
+    pub metrics_url: String,
+    pub model_updates: u64,
+    pub report: Option<ProbeReport>,
+    pub rwc: Option<RwcStatus>,
+    pub sched: Option<SchedStatus>,
+}
+
+/// The daemon's scheduler (`--sched`) as `vsched status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedStatus {
+    pub loaded: bool,
+    /// Why the kernel ejected it, if it did.
+    pub ejected: Option<ExitInfo>,
+    /// Its counters over every load (name: count).
+    pub counters: serde_json::Map<String, serde_json::Value>,
+}
+
+/// User-space RWC (`--rwc-cgroup`) as `vsched status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RwcStatus {
+    pub cgroups: Vec<PathBuf>,
+    pub dry_run: bool,
+    /// The vCPUs kept out of the cgroups' cpusets now.
+    pub hidden: Vec<u32>,
+    /// cpuset rewrites so far.
+    pub changes: u64,
+}
+
+/// What the main loop shares with the status socket's thread.
+pub struct Latest {
+    pub status: DaemonStatus,
+    pub history: History,
+}
+
+/// Locks `latest`, even if a thread panicked holding it: the status is
+/// plain data, complete after every update.
+pub fn lock(latest: &Mutex<Latest>) -> MutexGuard<'_, Latest> {
+    latest.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunningError {
+    #[error("user-space RWC could not save the cpusets; nothing was changed")]
+    Rwc(#[source] RwcError),
+    #[error("feeding the scheduler")]
+    Sched(#[source] SchedError),
+}
+
+/// The daemon's parts a probe report goes to.
+pub struct Running {
+    metrics: Arc<Metrics>,
+    latest: Arc<Mutex<Latest>>,
+    rwc: Option<CpusetRwc>,
+    sched: Option<Session>,
+    /// The scheduler's counters as last put into the metrics.
+    counted: Stats,
+}
+
+/// How the daemon's stop went.
+pub struct Stopped {
+    /// The scheduler's session, if it had one.
+    pub sched: Option<Ending>,
+    /// Putting the cpusets back, if RWC ran.
+    pub rwc: Option<rwc::Outcome>,
+}
+
+impl Running {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        latest: Arc<Mutex<Latest>>,
+        rwc: Option<CpusetRwc>,
+        sched: Option<Session>,
+    ) -> Running {
+        Running {
+            metrics,
+            latest,
+            rwc,
+            sched,
+            counted: Stats::default(),
+        }
+    }
+
+    /// Hands a report to the metrics, RWC, the scheduler and the status;
+    /// what RWC changed, if it did.
+    pub fn take(&mut self, r: ProbeReport) -> Result<Option<rwc::Change>, RunningError> {
+        self.metrics
+            .update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
+        self.metrics.update_topology(r.topology.as_ref());
+        let mut change = None;
+        if let Some(rwc) = self.rwc.as_mut() {
+            change = rwc.update(&r).map_err(RunningError::Rwc)?;
+            self.metrics
+                .update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
+        }
+        let mut sched_status = None;
+        if let Some(s) = self.sched.as_mut() {
+            s.feed(&r).map_err(RunningError::Sched)?;
+            let now = s.totals().map_err(RunningError::Sched)?;
+            self.metrics
+                .update_sched(s.is_loaded(), &now.since(&self.counted).values);
+            sched_status = Some(SchedStatus {
+                loaded: s.is_loaded(),
+                ejected: None,
+                counters: now.to_json_map(),
+            });
+            self.counted = now;
+        }
+        let mut guard = lock(&self.latest);
+        let status = &mut guard.status;
+        status.model_updates += 1;
+        if let (Some(shown), Some(rwc)) = (status.rwc.as_mut(), self.rwc.as_ref()) {
+            shown.hidden = rwc.hidden().to_vec();
+            shown.changes = rwc.changes();
+        }
+        if let Some(mut s) = sched_status {
+            s.ejected = status.sched.as_ref().and_then(|old| old.ejected.clone());
+            status.sched = Some(s);
+        }
+        let hidden = self.rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
+        guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
+        guard.status.report = Some(r);
+        Ok(change)
+    }
+
+    /// Whether the kernel unloaded the scheduler since the last call: the
+    /// session loads it again when the kernel asks (a vCPU hot-plug);
+    /// after an ejection for good the daemon goes on without it.
+    pub fn check_scheduler(&mut self) -> Option<Event> {
+        let event = self.sched.as_mut()?.check()?;
+        if let Event::Ejected(exit) | Event::ReloadFailed { exit, .. } = &event {
+            self.metrics.update_sched(false, &[]);
+            let mut guard = lock(&self.latest);
+            let status = guard.status.sched.get_or_insert_with(SchedStatus::default);
+            status.loaded = false;
+            status.ejected = Some(exit.clone());
+        }
+        Some(event)
+    }
+
+    /// Unloads the scheduler (the kernel's own is back) and puts the
+    /// cpusets back.
+    pub fn stop(mut self) -> Stopped {
+        Stopped {
+            sched: self.sched.take().map(Session::stop),
+            rwc: self.rwc.as_mut().map(CpusetRwc::restore),
+        }
+    }
+}
