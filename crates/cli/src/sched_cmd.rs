@@ -122,6 +122,10 @@ pub struct SchedArgs {
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
 
+    /// Once the scheduler runs with its first model (at once with --no-probe), write a JSON line to FILE (removed at exit): for scripts that must wait until vsched is in charge
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+
     /// Program (and its arguments) to run under the scheduler
     #[arg(last = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -206,6 +210,10 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let fed = feed_until_done(&args, &mut session, &reports, child.as_mut(), started)?;
     let (model_updates, model) = (session.model_updates(), session.model().to_vec());
     let ending = session.stop();
+    if let Some(path) = args.ready_file.as_ref().filter(|_| fed.ready) {
+        // No longer true: a stale file would tell a script vsched runs.
+        let _ = std::fs::remove_file(path);
+    }
     let mut program_exit_code = fed.program_exit_code;
     if let (Some(e), Some(c), None) = (&ending.ejected, child.as_mut(), program_exit_code) {
         // The program goes on under the kernel's own scheduler; its exit
@@ -280,10 +288,27 @@ fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
     }
 }
 
+/// `--ready-file`: one JSON line, written whole (a reader that sees the
+/// file sees all of it).
+fn write_ready(path: &std::path::Path, session: &Session) -> Result<()> {
+    let line = serde_json::json!({
+        "schema": "vsched.sched-ready/v1",
+        "pid": std::process::id(),
+        "nr_cpus": session.nr_cpus(),
+        "model_updates": session.model_updates(),
+    });
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{line}\n"))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("writing {} (--ready-file)", path.display()))
+}
+
 /// What the feed loop learnt besides the session's own state.
 struct Fed {
     program_exit_code: Option<i32>,
     probe_overhead: Option<vsched_model::report::Overhead>,
+    /// The scheduler ran with its first model (--ready-file written).
+    ready: bool,
 }
 
 /// Feeds the probers' reports to the scheduler and prints its counters
@@ -299,6 +324,7 @@ fn feed_until_done(
     let mut fed = Fed {
         program_exit_code: None,
         probe_overhead: None,
+        ready: false,
     };
     let mut last_print = Instant::now();
     let mut printed = session.totals()?;
@@ -329,6 +355,12 @@ fn feed_until_done(
                     describe(session.model())
                 );
             }
+        }
+        if !fed.ready && (args.no_probe || session.model_updates() > 0) {
+            if let Some(path) = &args.ready_file {
+                write_ready(path, session)?;
+            }
+            fed.ready = true;
         }
         if let Some(c) = child.as_mut() {
             if let Some(status) = c.try_wait().context("waiting for the program")? {
@@ -554,6 +586,41 @@ mod tests {
         }
         let cli = <Cli as clap::Parser>::try_parse_from(["vsched"]).unwrap();
         assert_eq!(tunables(&cli.sched), Tunables::default());
+    }
+
+    /// The benchmarks name `vsched sched` flags as text: each must be one
+    /// this command accepts, or a benchmark run fails in its guest.
+    #[test]
+    fn every_flag_the_benchmarks_pass_is_a_sched_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sched: SchedArgs,
+        }
+        let mut flag_sets: Vec<String> = Vec::new();
+        for s in vsched_bench::sched::SCENARIOS {
+            for (_, kind) in s.variants() {
+                if let vsched_bench::sched::VariantKind::Vsched(extra) = kind {
+                    flag_sets.push(format!("{} {extra}", s.vsched_flags));
+                }
+            }
+        }
+        for v in vsched_bench::soak::known_variants() {
+            if let Some(rest) = v
+                .command
+                .as_deref()
+                .and_then(|c| c.strip_prefix("vsched sched"))
+            {
+                flag_sets.push(rest.to_string());
+            }
+        }
+        assert!(flag_sets.len() > 10, "the benchmarks' variants were found");
+        for flags in &flag_sets {
+            let argv = std::iter::once("vsched").chain(flags.split_whitespace());
+            if let Err(e) = <Cli as clap::Parser>::try_parse_from(argv) {
+                panic!("`vsched sched {flags}`: {e}");
+            }
+        }
     }
 
     #[test]

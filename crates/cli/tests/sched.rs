@@ -30,17 +30,18 @@ fn summary_after(text: &str, marker: &str) -> Value {
 /// `$s`, its summary to /tmp/`marker`.json, its messages to
 /// /tmp/`marker`.err) and waits for its first model, then 2 s more for the
 /// heartbeat to learn the vCPUs' rhythms. The same signal as the
-/// benchmark's `wait_model` (crates/bench/src/sched/script.rs), but over
-/// loading too: at most 30 s, the benchmark's wait for sched_ext to be
+/// benchmark's `wait_ready` (`--ready-file`, crates/bench/src/sched/script.rs),
+/// over loading too: at most 30 s, the benchmark's wait for sched_ext to be
 /// enabled (which has taken 13 s under TCG). A guest that gets no model
 /// says so, with the loader's last messages. (A fixed 6 s wait, about 4 s
 /// to the first model here, once ran a clean-clone suite's IVH test with
 /// no model at all: no IVH move, the cause unseen.)
 fn load_and_wait_for_model(flags: &str, marker: &str) -> String {
     format!(
-        "vsched sched -q {flags} --stats-json /tmp/{marker}.json 2>/tmp/{marker}.err & s=$!; \
-         for i in $(seq 300); do grep -q 'model 1:' /tmp/{marker}.err && break; sleep 0.1; done; \
-         grep -q 'model 1:' /tmp/{marker}.err || {{ echo '{marker}: no model after 30 s'; \
+        "rm -f /tmp/{marker}.ready; vsched sched -q {flags} --stats-json /tmp/{marker}.json \
+         --ready-file /tmp/{marker}.ready 2>/tmp/{marker}.err & s=$!; \
+         for i in $(seq 300); do [ -s /tmp/{marker}.ready ] && break; sleep 0.1; done; \
+         [ -s /tmp/{marker}.ready ] || {{ echo '{marker}: no model after 30 s'; \
            tail -5 /tmp/{marker}.err; }}; sleep 2; "
     )
 }
@@ -63,8 +64,9 @@ fn counter(summary: &Value, name: &str) -> u64 {
 #[test]
 fn loads_for_a_program_passes_its_exit_status_and_unloads() {
     let _guard = common::serial();
-    let cmd = "vsched sched -q -v -- sh -c 'cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; exit 7'; \
-               echo \"status $?\"; cat /sys/kernel/sched_ext/state";
+    let cmd = "vsched sched -q -v --ready-file /tmp/r.json -- sh -c 'cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; \
+               for i in $(seq 300); do [ -s /tmp/r.json ] && break; sleep 0.1; done; echo \"@ready $(cat /tmp/r.json)\"; exit 7'; \
+               echo \"status $?\"; [ -e /tmp/r.json ] && echo '@ready file left' ; cat /sys/kernel/sched_ext/state";
     let out = run_in_guest("sched/two-free", &[cmd]);
     let (_, text) = &out[0];
     assert!(
@@ -80,6 +82,22 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
         "unloaded afterwards: {text}"
     );
     assert!(text.contains("unloaded after"), "a summary at exit: {text}");
+    let ready: Value = serde_json::from_str(
+        text.lines()
+            .find_map(|l| l.strip_prefix("@ready {").map(|rest| format!("{{{rest}")))
+            .unwrap_or_else(|| panic!("--ready-file was written: {text}"))
+            .as_str(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(ready["schema"], "vsched.sched-ready/v1", "{ready}");
+    assert!(
+        ready["model_updates"].as_u64() >= Some(1),
+        "ready once a model came: {ready}"
+    );
+    assert!(
+        !text.contains("@ready file left"),
+        "removed at exit: {text}"
+    );
     // -v reports the verifier's work: the programs hold thousands of
     // instructions, so a count under that is a query that missed them.
     let verified: u64 = text

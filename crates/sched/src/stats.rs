@@ -147,7 +147,7 @@ pub const STATS: &[StatDef] = &[
     StatDef {
         index: s::vs_stat_VS_STAT_IVH_NO_SPARE,
         name: "ivh_no_spare",
-        help: "IVH: decisions (a heartbeat predicting a switch-off, or a tick on a vCPU losing time) that sought no move, every visible vCPU having a normal task of its own",
+        help: "IVH: decisions (a heartbeat predicting a switch-off, or a tick on a vCPU losing time) that sought no move, every visible vCPU having a normal task of its own (running or queued); a rate, not a count of tasks",
     },
     StatDef {
         index: s::vs_stat_VS_STAT_BEAT_GAPS,
@@ -160,6 +160,16 @@ pub const STATS: &[StatDef] = &[
         help: "SCHED_IDLE tasks run ahead of normal work after waiting 1 s (starvation guard)",
     },
 ];
+
+/// The counters as the Markdown table docs/sched.md shows ("The
+/// counters"), a test keeps the two the same.
+pub fn markdown_table() -> String {
+    let mut t = String::from("| name | counts |\n|---|---|\n");
+    for d in STATS {
+        t.push_str(&format!("| `{}` | {} |\n", d.name, d.help));
+    }
+    t
+}
 
 /// Number of counters the BPF side keeps.
 pub const NR_STATS: u32 = s::vs_stat_VS_NR_STATS;
@@ -237,6 +247,30 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/sched.md describes each counter with the words of STATS, the
+    /// one source: a counter added, renamed or explained anew here shows
+    /// up there, or this fails with the table to paste.
+    #[test]
+    fn the_docs_counter_table_is_the_declared_one() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sched.md");
+        let doc = std::fs::read_to_string(path).expect("docs/sched.md");
+        let section = doc
+            .split("## The counters")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("docs/sched.md has a section \"## The counters\"");
+        let table: String = section
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(
+            table == markdown_table(),
+            "docs/sched.md's counter table differs from stats.rs; it should read:\n{}",
+            markdown_table()
+        );
+    }
 
     /// A session's totals start from the default and add each load's
     /// counters: a default without counters summed to nothing.

@@ -18,7 +18,7 @@ mod script;
 mod timeline;
 
 pub use plot::timeline_svg;
-pub use scenario::{Goal, Scenario, Timeline, SCENARIOS};
+pub use scenario::{Goal, Scenario, Timeline, VariantKind, SCENARIOS};
 pub use script::{guest_script, parse_results, timeline_script, RunLine};
 pub use timeline::{PhaseResult, Series, TimelineResult};
 

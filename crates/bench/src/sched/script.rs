@@ -5,10 +5,12 @@
 
 use super::scenario::{Oracle, Scenario, VariantKind};
 
-/// A vsched run starts its workload this long after the first model
-/// reached the scheduler ("vsched sched: model 1: ..."), so that the first
-/// report's EMA has a second report to settle with.
+/// A vsched run starts its workload this long after the scheduler said it
+/// is ready (`--ready-file`: loaded, the first model written), so that
+/// the first report's EMA has a second report to settle with.
 pub const SETTLE_S: u32 = 1;
+/// Where the guest's `vsched sched` says it is ready (`--ready-file`).
+const READY_FILE: &str = "/tmp/sched-ready.json";
 /// Longest wait for the first model, in tenths of a second: the first
 /// probe step (light and heavy windows, a full topology probe of up to 4
 /// vCPUs) takes 1-3 s under TCG.
@@ -71,7 +73,7 @@ fn prelude(s: &Scenario) -> String {
 fn common_prelude() -> String {
     format!(
         "wait_state() {{ for i in $(seq {STATE_WAIT_TENTHS}); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; echo \"sched_ext did not become $1 within {} s (state: $(cat /sys/kernel/sched_ext/state))\"; return 1; }}\n\
-         wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do grep -q 'model 1:' /tmp/sched.log && return 0; sleep 0.1; done; echo 'no model reached the scheduler'; return 1; }}\n\
+         wait_ready() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do [ -s {READY_FILE} ] && return 0; sleep 0.1; done; echo 'vsched sched did not say it was ready (no model reached the scheduler)'; return 1; }}\n\
          T0=$(cut -d' ' -f1 /proc/uptime)\n\
          wait_until() {{ while awk -v t0=$T0 -v d=$1 '{{exit !($1 < t0 + d)}}' /proc/uptime; do sleep 0.02; done; }}\n",
         STATE_WAIT_TENTHS / 10
@@ -139,12 +141,6 @@ fn push_run(
             out.push_str("kill $S; wait $S\n");
         }
         VariantKind::Vsched(flags) => {
-            // Without probers no model ever comes.
-            let ready = if flags.contains("--no-probe") {
-                "wait_state enabled"
-            } else {
-                "wait_state enabled && wait_model"
-            };
             // The reference is its own scheduler: no vsched flags.
             let fixed = if flags.contains("--reference-fifo") {
                 ""
@@ -156,8 +152,8 @@ fn push_run(
             // scheduler under vsched's name: it is not measured, and says
             // why with the loader's last lines.
             out.push_str(&format!(
-                "vsched sched -q {fixed} {flags} --stats-json /tmp/sched.json 2>/tmp/sched.log & S=$!\n\
-                 if {ready}; then sleep {SETTLE_S}\n"
+                "rm -f {READY_FILE}; vsched sched -q {fixed} {flags} --stats-json /tmp/sched.json --ready-file {READY_FILE} 2>/tmp/sched.log & S=$!\n\
+                 if wait_state enabled && wait_ready; then sleep {SETTLE_S}\n"
             ));
             out.push_str(&report(&workload));
             out.push_str(&format!(
@@ -255,7 +251,7 @@ mod tests {
             .position(|l| l.starts_with("echo \"@@run vsched 0 "))
             .unwrap_or_else(|| panic!("{script}"));
         assert!(
-            lines[run - 1].starts_with("if wait_state enabled && wait_model; then"),
+            lines[run - 1].starts_with("if wait_state enabled && wait_ready; then"),
             "{script}"
         );
         assert!(
