@@ -4,13 +4,28 @@
 //! check are due. The messages name `vsched probe`'s options, since that
 //! is whom they answer.
 
-use crate::session::{StepPlan, TopologyStep};
 use crate::sys;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vsched_model::cpulist::{format_cpu_list, parse_cpu_list, CpuListError};
 use vsched_model::report::{ProbeReport, TopologyReport};
+
+/// What one step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepPlan {
+    pub light: bool,
+    pub heavy: bool,
+    pub topology: TopologyStep,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyStep {
+    Skip,
+    Full,
+    /// Re-check the known topology; fall back to a full probe if it changed.
+    Validate,
+}
 
 /// Why a probe cannot run as asked.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! into reports. A one-shot probe is one step; `--watch` is a series of
 //! steps sharing smoothed state (EMA) and the last known topology.
 
-use crate::plan::StepSignals;
+use crate::plan::{StepPlan, StepSignals, TopologyStep};
 use crate::vcap::{self, SampleConfig};
 use crate::vtop::{self, VtopConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -27,22 +27,6 @@ pub struct ProbeOptions {
 
 /// A progress callback: what is being measured, and the fraction done.
 pub type ProgressFn<'a> = &'a dyn Fn(&str, f64);
-
-/// What one step does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StepPlan {
-    pub light: bool,
-    pub heavy: bool,
-    pub topology: TopologyStep,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopologyStep {
-    Skip,
-    Full,
-    /// Re-check the known topology; fall back to a full probe if it changed.
-    Validate,
-}
 
 /// Raw per-window data of the last step, for `--trace-out`.
 #[derive(Debug, Clone, Default, serde::Serialize)]

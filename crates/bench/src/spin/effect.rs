@@ -4,10 +4,10 @@
 //! alternating; medians per unit of work (hand-off, item, region).
 
 use super::openmp::OpenMp;
-use super::run_zoo;
+use super::{run_zoo, Timed};
 use crate::compare::{alternate, Variant};
 use crate::{zoo, BenchError, Harness};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use vsched_model::stats::median;
 
 /// Oversubscriptions measured: one thread per vCPU, and four.
@@ -25,20 +25,6 @@ pub struct EffectRow {
     pub speedup: f64,
     /// detected at this oversubscription / detected at 1x.
     pub vs_1x: f64,
-}
-
-/// What a benchmark program reports: how long its work took, and how many
-/// units of work that was.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq)]
-pub struct Timed {
-    pub elapsed_s: f64,
-    pub units: u64,
-}
-
-impl Timed {
-    fn us_per_unit(self) -> f64 {
-        self.elapsed_s * 1e6 / self.units as f64
-    }
 }
 
 /// One zoo program of the effect part.

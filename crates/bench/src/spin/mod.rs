@@ -10,7 +10,7 @@ pub(crate) mod openmp;
 
 use crate::compare::Variant;
 use crate::{BenchError, Harness};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -145,5 +145,19 @@ mod tests {
         echo.arg("{\"a\":1}");
         let v: serde_json::Value = run_json(echo, "echo").unwrap();
         assert_eq!(v["a"], 1);
+    }
+}
+
+/// What a benchmark program reports: how long its work took, and how many
+/// units of work that was.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    pub elapsed_s: f64,
+    pub units: u64,
+}
+
+impl Timed {
+    pub(super) fn us_per_unit(self) -> f64 {
+        self.elapsed_s * 1e6 / self.units as f64
     }
 }

@@ -2,8 +2,7 @@
 //! libgomp busy-waits on under OMP_WAIT_POLICY=active. It needs a C
 //! compiler with OpenMP; without one the case is skipped, not failed.
 
-use super::effect::Timed;
-use super::{run_json, under_detector};
+use super::{run_json, under_detector, Timed};
 use crate::compare::Variant;
 use crate::cprogram::{CProgram, CSource};
 use crate::BenchError;

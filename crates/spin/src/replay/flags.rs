@@ -1,7 +1,7 @@
 //! The arithmetic flags a wait loop's branches test, and the instructions
 //! that test them (conditional jumps, moves and byte sets).
 
-use super::interp::mask;
+use super::bits::mask;
 use iced_x86::{ConditionCode, Mnemonic};
 
 /// Arithmetic flags the loop's branches can test.

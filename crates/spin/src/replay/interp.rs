@@ -4,19 +4,11 @@
 //! any store, atomic or FS/GS-relative access, is not modelled: the step
 //! returns None and the replay is opaque.
 
+use super::bits::mask;
 use super::flags::{is_cmov, is_jcc, is_setcc, Flags};
 use super::memory::Memory;
 use crate::sample::{FLAGS_SLOT, NREGS};
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
-
-/// The low `bits` bits set.
-pub(super) fn mask(bits: u32) -> u64 {
-    if bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    }
-}
 
 /// `v`, a `bits`-bit two's-complement number, widened to 64 bits.
 fn sign_extend(v: u64, bits: u32) -> u64 {

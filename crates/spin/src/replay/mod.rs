@@ -20,6 +20,7 @@
 //! instruction cache), `flags` (condition codes), `interp` (the
 //! instructions), `trap_site` (where an entry trap goes).
 
+mod bits;
 mod decode;
 mod flags;
 mod interp;
