@@ -346,17 +346,17 @@ pub fn run(
     let mut last_err = None;
     for (i, &accel) in order.iter().enumerate() {
         let trial = accel == Accel::Kvm && order.len() > 1;
-        match boot_and_run(
+        let boot = Boot {
             layout,
             commands,
-            &qemu.path,
-            &kernel_path,
-            &initrd,
+            qemu: &qemu.path,
+            kernel: &kernel_path,
+            initrd: &initrd,
             accel,
-            flavor.clone(),
+            flavor: flavor.clone(),
             trial,
-            stop,
-        ) {
+        };
+        match boot.run(stop) {
             Ok(r) => {
                 if trial {
                     let _ = std::fs::create_dir_all(kernel::cache_dir());
@@ -415,79 +415,208 @@ fn kernel_command_line(root: GuestRoot) -> String {
     line
 }
 
-#[allow(clippy::too_many_arguments)]
-fn boot_and_run(
-    layout: &Layout,
-    commands: &[String],
-    qemu: &Path,
-    kernel_path: &Path,
-    initrd: &[u8],
+/// One boot of a guest for `run`, with one accelerator.
+struct Boot<'a> {
+    layout: &'a Layout,
+    commands: &'a [String],
+    qemu: &'a Path,
+    kernel: &'a Path,
+    initrd: &'a [u8],
     accel: Accel,
+    /// The cgroup flavour for vCPU caps, if the layout caps any.
     flavor: Option<host::Flavor>,
+    /// A trial boot under KVM (a shorter boot timeout, then TCG).
     trial: bool,
-    stop: &AtomicBool,
-) -> Result<RunResult> {
-    let dir = workdir()?;
-    let initrd_path = dir.join("initrd.cpio");
-    std::fs::write(&initrd_path, initrd).map_err(LabError::io("writing", &initrd_path))?;
-    let qmp_path = dir.join("qmp.sock");
-    let accel_arg = match accel {
-        Accel::Kvm => "kvm".to_string(),
-        Accel::TcgSingle => "tcg,thread=single".to_string(),
-        Accel::Auto | Accel::Tcg => "tcg,thread=multi".to_string(),
-    };
-    let mut cmd = Command::new(qemu);
-    cmd.arg("-accel")
-        .arg(&accel_arg)
-        .args([
-            "-cpu",
-            "max",
-            "-smp",
-            &layout.vcpus.to_string(),
-            "-m",
-            &layout.memory_mib.to_string(),
-        ])
-        .arg("-kernel")
-        .arg(kernel_path)
-        .arg("-initrd")
-        .arg(&initrd_path)
-        .arg("-append")
-        .arg(kernel_command_line(layout.root))
-        // Thread names ("CPU 1/TCG") make the vCPU threads easy to find in
-        // host-side tools (top -H, ftrace) when a run needs a closer look.
-        .args(["-name", "vsched-lab,debug-threads=on"])
-        .args([
-            "-nodefaults",
-            "-no-reboot",
-            "-display",
-            "none",
-            "-serial",
-            "stdio",
-            "-monitor",
-            "none",
-        ])
-        .arg("-qmp")
-        .arg(format!("unix:{},server=on,wait=off", qmp_path.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // QEMU dies with us even on SIGKILL.
-    vsched_os::child::die_with_parent(&mut cmd, libc::SIGKILL);
-    let started = Instant::now();
-    let child = cmd.spawn().map_err(|source| LabError::StartQemu {
-        qemu: qemu.to_path_buf(),
-        source,
-    })?;
-    let mut guest = Guest {
-        child,
-        bandwidth: None,
-        frozen: (0..layout.vcpus).map(|_| None).collect(),
-        workdir: dir,
-    };
+}
 
-    // Each console line with the moment it arrived.
+impl Boot<'_> {
+    /// QEMU's `-accel` value.
+    fn accel_arg(&self) -> String {
+        match self.accel {
+            Accel::Kvm => "kvm".to_string(),
+            Accel::TcgSingle => "tcg,thread=single".to_string(),
+            Accel::Auto | Accel::Tcg => "tcg,thread=multi".to_string(),
+        }
+    }
+
+    fn boot_timeout(&self) -> Duration {
+        Duration::from_secs_f64(if self.trial {
+            self.layout
+                .boot_timeout_s()
+                .min(kvm_trial_boot_s(self.layout.root))
+        } else {
+            self.layout.boot_timeout_s()
+        })
+    }
+
+    /// The QEMU command line: the layout's vCPUs and memory, the kernel
+    /// and initramfs, the console on stdio, QMP on `qmp_path`.
+    fn qemu_command(&self, initrd_path: &Path, qmp_path: &Path) -> Command {
+        let mut cmd = Command::new(self.qemu);
+        cmd.arg("-accel")
+            .arg(self.accel_arg())
+            .args([
+                "-cpu",
+                "max",
+                "-smp",
+                &self.layout.vcpus.to_string(),
+                "-m",
+                &self.layout.memory_mib.to_string(),
+            ])
+            .arg("-kernel")
+            .arg(self.kernel)
+            .arg("-initrd")
+            .arg(initrd_path)
+            .arg("-append")
+            .arg(kernel_command_line(self.layout.root))
+            // Thread names ("CPU 1/TCG") make the vCPU threads easy to find
+            // in host-side tools (top -H, ftrace) when a run needs a closer
+            // look.
+            .args(["-name", "vsched-lab,debug-threads=on"])
+            .args([
+                "-nodefaults",
+                "-no-reboot",
+                "-display",
+                "none",
+                "-serial",
+                "stdio",
+                "-monitor",
+                "none",
+            ])
+            .arg("-qmp")
+            .arg(format!("unix:{},server=on,wait=off", qmp_path.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // QEMU dies with us even on SIGKILL.
+        vsched_os::child::die_with_parent(&mut cmd, libc::SIGKILL);
+        cmd
+    }
+
+    /// Starts QEMU in a fresh work directory; also the moment it started
+    /// (boot time counts from there).
+    fn start(&self) -> Result<(Guest, PathBuf, Instant)> {
+        let dir = workdir()?;
+        let initrd_path = dir.join("initrd.cpio");
+        std::fs::write(&initrd_path, self.initrd).map_err(LabError::io("writing", &initrd_path))?;
+        let qmp_path = dir.join("qmp.sock");
+        let started = Instant::now();
+        let child = self
+            .qemu_command(&initrd_path, &qmp_path)
+            .spawn()
+            .map_err(|source| LabError::StartQemu {
+                qemu: self.qemu.to_path_buf(),
+                source,
+            })?;
+        let guest = Guest {
+            child,
+            bandwidth: None,
+            frozen: (0..self.layout.vcpus).map(|_| None).collect(),
+            workdir: dir,
+        };
+        Ok((guest, qmp_path, started))
+    }
+
+    /// Boots, shapes the vCPUs as the layout says (phase by phase, from the
+    /// first command), runs the commands and collects what they printed
+    /// and what the host saw.
+    fn run(self, stop: &AtomicBool) -> Result<RunResult> {
+        let (mut guest, qmp_path, started) = self.start()?;
+        let (lines, stderr_text) = read_console(&mut guest.child);
+        let mut qmp = Qmp::connect(&qmp_path, Duration::from_secs(10))?;
+        let threads = qmp.vcpu_threads()?;
+        if threads.len() != self.layout.vcpus as usize {
+            return Err(LabError::VcpuCount {
+                reported: threads.len(),
+                wanted: self.layout.vcpus,
+            });
+        }
+        if let Some(f) = self.flavor.clone() {
+            guest.bandwidth = Some(Bandwidth::create(f, guest.child.id() as i32)?);
+        }
+        let shaper = Shaper::new(threads.clone())?;
+        let mut host = HostWatch::new(guest.child.id(), threads);
+        let mut transcript = Transcript::default();
+        let boot_timeout = self.boot_timeout();
+        let run_timeout = Duration::from_secs_f64(self.layout.run_timeout_s);
+        let mut phases_applied_s = Vec::new();
+        while !transcript.done {
+            if stop.load(Ordering::SeqCst) {
+                return Err(LabError::Interrupted);
+            }
+            // Phases are timed from the first command's start.
+            if let Some(t0) = transcript.first_command {
+                host.sample_every(&guest, t0, Duration::from_millis(100));
+                let next = phases_applied_s.len();
+                if next < self.layout.phases.len()
+                    && t0.elapsed().as_secs_f64() >= self.layout.phases[next].at_s
+                {
+                    shaper.apply(&mut guest, &self.layout.state_at(next + 1))?;
+                    phases_applied_s.push(t0.elapsed().as_secs_f64());
+                }
+            }
+            if transcript.boot_ms.is_none() && started.elapsed() > boot_timeout {
+                return Err(LabError::BootTimeout {
+                    timeout_s: boot_timeout.as_secs_f64(),
+                    accel: self.accel_arg(),
+                    console_tail: transcript.tail(),
+                });
+            }
+            if transcript
+                .first_command
+                .is_some_and(|t| t.elapsed() > run_timeout)
+            {
+                return Err(LabError::RunTimeout {
+                    timeout_s: run_timeout.as_secs_f64(),
+                    console_tail: transcript.tail(),
+                });
+            }
+            let (arrived, line) = match lines.recv_timeout(Duration::from_millis(20)) {
+                Ok(l) => l,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(transcript.qemu_exited(&mut guest, stderr_text));
+                }
+            };
+            match transcript.take(arrived, line, started, self.commands) {
+                Some(Marker::Booted) => {
+                    // The layout shapes the guest from here: boot itself
+                    // runs unconstrained so that boot time says nothing
+                    // about the layout.
+                    shaper.apply(&mut guest, &self.layout.state_at(0))?;
+                }
+                Some(Marker::FirstCommand(t0)) => host.start(&guest, t0),
+                Some(Marker::CommandEnded(t0)) => host.command_ended(&guest, t0),
+                None => {}
+            }
+        }
+        guest.thaw_all();
+        let _ = guest.child.wait();
+        let (host_samples, command_ends_s, timeline) = host.finish();
+        Ok(RunResult {
+            layout: self.layout.name().to_string(),
+            accel: self.accel_arg(),
+            boot_ms: transcript.boot_ms.unwrap_or(0.0),
+            commands: transcript.results,
+            phases_applied_s,
+            host_samples,
+            timeline,
+            command_ends_s,
+            console: transcript.console.join("\n"),
+        })
+    }
+}
+
+/// The guest's console lines, each with the moment it arrived, and (once
+/// QEMU exits) what it wrote to stderr.
+fn read_console(
+    child: &mut Child,
+) -> (
+    mpsc::Receiver<(Instant, String)>,
+    std::thread::JoinHandle<String>,
+) {
     let (tx, rx) = mpsc::channel::<(Instant, String)>();
-    let stdout = guest.child.stdout.take().unwrap();
+    let stdout = child.stdout.take().expect("QEMU's stdout is piped");
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -499,34 +628,40 @@ fn boot_and_run(
             }
         }
     });
-    let stderr = guest.child.stderr.take().unwrap();
+    let stderr = child.stderr.take().expect("QEMU's stderr is piped");
     let stderr_text = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut s);
         s
     });
+    (rx, stderr_text)
+}
 
-    let mut qmp = Qmp::connect(&qmp_path, Duration::from_secs(10))?;
-    let threads = qmp.vcpu_threads()?;
-    if threads.len() != layout.vcpus as usize {
-        return Err(LabError::VcpuCount {
-            reported: threads.len(),
-            wanted: layout.vcpus,
-        });
+/// The host's hold on the vCPU threads: where each runs, its cap, whether
+/// it is frozen.
+struct Shaper {
+    threads: Vec<i32>,
+    /// Where a vCPU the layout does not place may run: every host CPU.
+    all_cpus: Vec<u32>,
+}
+
+impl Shaper {
+    fn new(threads: Vec<i32>) -> Result<Shaper> {
+        let all_cpus = vsched_model::cpulist::parse_cpu_list(
+            &std::fs::read_to_string("/sys/devices/system/cpu/online")
+                .unwrap_or_else(|_| "0".into()),
+        )
+        .map_err(LabError::HostCpus)?;
+        Ok(Shaper { threads, all_cpus })
     }
-    if let Some(f) = flavor {
-        guest.bandwidth = Some(Bandwidth::create(f, guest.child.id() as i32)?);
-    }
-    let all_cpus: Vec<u32> = vsched_model::cpulist::parse_cpu_list(
-        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into()),
-    )
-    .map_err(LabError::HostCpus)?;
-    let apply = |guest: &mut Guest, states: &[VcpuState]| -> Result<()> {
+
+    /// Puts each vCPU thread in the state the layout gives it.
+    fn apply(&self, guest: &mut Guest, states: &[VcpuState]) -> Result<()> {
         for (v, s) in states.iter().enumerate() {
-            let tid = threads[v];
+            let tid = self.threads[v];
             match s.host_cpu {
                 Some(h) => host::set_thread_affinity(tid, &[h])?,
-                None => host::set_thread_affinity(tid, &all_cpus)?,
+                None => host::set_thread_affinity(tid, &self.all_cpus)?,
             }
             if let Some(bw) = guest.bandwidth.as_mut() {
                 bw.set(v as u32, tid, s.bandwidth)?;
@@ -539,193 +674,230 @@ fn boot_and_run(
             }
         }
         Ok(())
-    };
+    }
+}
 
-    let boot_timeout = Duration::from_secs_f64(if trial {
-        layout.boot_timeout_s().min(kvm_trial_boot_s(layout.root))
-    } else {
-        layout.boot_timeout_s()
-    });
-    let run_timeout = Duration::from_secs_f64(layout.run_timeout_s);
-    let mut console: Vec<String> = Vec::new();
-    let mut boot_ms = None;
-    let mut first_command: Option<Instant> = None;
-    let mut phases_applied_s = Vec::new();
-    let pid = guest.child.id();
-    let mut host_samples: Vec<HostSample> = Vec::new();
-    let timeline_stop = std::sync::Arc::new(AtomicBool::new(false));
-    let mut timeline = None;
-    // Stops the sampler on every way out of the loop below.
-    struct StopOnDrop(std::sync::Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
+/// What the host's accounting saw of the vCPU threads while commands ran:
+/// samples about every 100 ms and at each command's end, and the
+/// millisecond timeline on its own thread.
+struct HostWatch {
+    pid: u32,
+    threads: Vec<i32>,
+    samples: Vec<HostSample>,
+    last_sample: Instant,
+    command_ends_s: Vec<f64>,
+    timeline: Option<std::thread::JoinHandle<Vec<TimelineSample>>>,
+    /// Stops the timeline's sampler, also on every way out (Drop).
+    timeline_stop: std::sync::Arc<AtomicBool>,
+}
+
+impl HostWatch {
+    fn new(pid: u32, threads: Vec<i32>) -> HostWatch {
+        HostWatch {
+            pid,
+            threads,
+            samples: Vec::new(),
+            last_sample: Instant::now(),
+            command_ends_s: Vec::new(),
+            timeline: None,
+            timeline_stop: std::sync::Arc::new(AtomicBool::new(false)),
         }
     }
-    let _stop_timeline = StopOnDrop(timeline_stop.clone());
-    let sample = |guest: &Guest, at_s: f64| {
-        let (cpu_ns, wait_ns) = threads
+
+    fn sample(&self, guest: &Guest, at_s: f64) -> HostSample {
+        let (cpu_ns, wait_ns) = self
+            .threads
             .iter()
-            .map(|&tid| thread_schedstat(pid, tid))
+            .map(|&tid| thread_schedstat(self.pid, tid))
             .unzip();
         HostSample {
             at_s,
             cpu_ns,
             wait_ns,
-            throttled: (0..threads.len() as u32)
+            throttled: (0..self.threads.len() as u32)
                 .map(|v| guest.bandwidth.as_ref().and_then(|b| b.throttle_stats(v)))
                 .collect(),
             host_steal_ns: host_steal_ns(),
-            lab_threads_ns: process_cpu_ns(pid, &threads) + process_cpu_ns(std::process::id(), &[]),
+            lab_threads_ns: process_cpu_ns(self.pid, &self.threads)
+                + process_cpu_ns(std::process::id(), &[]),
         }
-    };
-    let mut command_ends_s = Vec::new();
-    let mut last_sample = Instant::now();
-    let mut results: Vec<CommandResult> = Vec::new();
-    // The command under way: its index, output lines and their arrival times.
-    let mut current: Option<(usize, Vec<String>, Vec<f64>)> = None;
-    let mut done = false;
-    while !done {
-        if stop.load(Ordering::SeqCst) {
-            return Err(LabError::Interrupted);
+    }
+
+    /// The first command began at `t0`: the timeline starts.
+    fn start(&mut self, guest: &Guest, t0: Instant) {
+        self.timeline = Some(sample_timeline(
+            self.pid,
+            self.threads.clone(),
+            t0,
+            self.timeline_stop.clone(),
+        ));
+        self.last_sample = Instant::now();
+        self.samples
+            .push(self.sample(guest, t0.elapsed().as_secs_f64()));
+    }
+
+    fn sample_every(&mut self, guest: &Guest, t0: Instant, every: Duration) {
+        if self.last_sample.elapsed() >= every {
+            self.last_sample = Instant::now();
+            self.samples
+                .push(self.sample(guest, t0.elapsed().as_secs_f64()));
         }
-        // Phases are timed from the first command's start.
-        if let Some(t0) = first_command {
-            if last_sample.elapsed() >= Duration::from_millis(100) {
-                last_sample = Instant::now();
-                host_samples.push(sample(&guest, t0.elapsed().as_secs_f64()));
-            }
-            let next = phases_applied_s.len();
-            if next < layout.phases.len() && t0.elapsed().as_secs_f64() >= layout.phases[next].at_s
-            {
-                apply(&mut guest, &layout.state_at(next + 1))?;
-                phases_applied_s.push(t0.elapsed().as_secs_f64());
-            }
-        }
-        let elapsed = started.elapsed();
-        if boot_ms.is_none() && elapsed > boot_timeout {
-            return Err(LabError::BootTimeout {
-                timeout_s: boot_timeout.as_secs_f64(),
-                accel: accel_arg,
-                console_tail: tail(&console, CONSOLE_TAIL_LINES),
-            });
-        }
-        if first_command.is_some_and(|t| t.elapsed() > run_timeout) {
-            return Err(LabError::RunTimeout {
-                timeout_s: run_timeout.as_secs_f64(),
-                console_tail: tail(&console, CONSOLE_TAIL_LINES),
-            });
-        }
-        let (arrived, line) = match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(l) => l,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                guest.thaw_all();
-                let status = guest
-                    .child
-                    .wait()
-                    .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
-                let err = stderr_text.join().unwrap_or_default();
-                // The guest kernel panicked (panic=-1 reboots, -no-reboot
-                // then ends QEMU): the guest's fault, told apart from ours.
-                if console.iter().any(|l| l.contains("Kernel panic")) {
-                    return Err(LabError::GuestPanic {
-                        during_commands: first_command.is_some(),
-                        console_tail: tail(&console, CONSOLE_TAIL_LINES),
-                        partial_output: current
-                            .map(|(_, out, _)| out.join("\n"))
-                            .unwrap_or_default(),
-                    });
-                }
-                return Err(LabError::QemuExited {
-                    status,
-                    stderr: err.trim().to_string(),
-                    console_tail: tail(&console, CONSOLE_TAIL_LINES),
-                });
-            }
-        };
-        console.push(line.clone());
-        let arrived_s = first_command.map_or(0.0, |t0| {
+    }
+
+    fn command_ended(&mut self, guest: &Guest, t0: Instant) {
+        let now = t0.elapsed().as_secs_f64();
+        self.samples.push(self.sample(guest, now));
+        self.command_ends_s.push(now);
+    }
+
+    /// The samples, the commands' end times and the timeline.
+    fn finish(mut self) -> (Vec<HostSample>, Vec<f64>, Vec<TimelineSample>) {
+        self.timeline_stop.store(true, Ordering::Relaxed);
+        let timeline = self
+            .timeline
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        (
+            std::mem::take(&mut self.samples),
+            std::mem::take(&mut self.command_ends_s),
+            timeline,
+        )
+    }
+}
+
+impl Drop for HostWatch {
+    fn drop(&mut self) {
+        self.timeline_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A marker line of the guest's runner that the host acts on.
+enum Marker {
+    Booted,
+    /// The first command began (the host's timeline starts there).
+    FirstCommand(Instant),
+    /// A command ended; the first began at the instant given.
+    CommandEnded(Instant),
+}
+
+/// What the console said so far.
+#[derive(Default)]
+struct Transcript {
+    console: Vec<String>,
+    boot_ms: Option<f64>,
+    first_command: Option<Instant>,
+    results: Vec<CommandResult>,
+    /// The command under way: its index, output lines and their arrival
+    /// times.
+    current: Option<(usize, Vec<String>, Vec<f64>)>,
+    done: bool,
+}
+
+impl Transcript {
+    fn tail(&self) -> String {
+        tail(&self.console, CONSOLE_TAIL_LINES)
+    }
+
+    /// Takes one console line: output of the command under way, or a
+    /// marker of the guest's runner (initramfs::MARK).
+    fn take(
+        &mut self,
+        arrived: Instant,
+        line: String,
+        started: Instant,
+        commands: &[String],
+    ) -> Option<Marker> {
+        self.console.push(line.clone());
+        let arrived_s = self.first_command.map_or(0.0, |t0| {
             arrived.saturating_duration_since(t0).as_secs_f64()
         });
         let Some(at) = line.find(MARK) else {
-            if let Some((_, out, at_s)) = current.as_mut() {
-                out.push(line);
-                at_s.push(arrived_s);
-            }
-            continue;
+            self.output(line, arrived_s);
+            return None;
         };
-        // Output that did not end in a newline shares its last line with the marker.
+        // Output that did not end in a newline shares its last line with
+        // the marker.
         if at > 0 {
-            if let Some((_, out, at_s)) = current.as_mut() {
-                out.push(line[..at].to_string());
-                at_s.push(arrived_s);
-            }
+            self.output(line[..at].to_string(), arrived_s);
         }
         let rest = line[at + MARK.len()..].trim().to_string();
         let mut words = rest.split_whitespace();
         match words.next() {
             Some("BOOTED") => {
-                boot_ms = Some(started.elapsed().as_secs_f64() * 1e3);
-                // The layout shapes the guest from here: boot itself runs
-                // unconstrained so that boot time says nothing about the layout.
-                apply(&mut guest, &layout.state_at(0))?;
+                self.boot_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                Some(Marker::Booted)
             }
             Some("BEGIN") => {
                 let i: usize = words
                     .next()
                     .and_then(|w| w.parse().ok())
-                    .unwrap_or(results.len());
-                if first_command.is_none() {
-                    first_command = Some(arrived);
-                    timeline = Some(sample_timeline(
-                        pid,
-                        threads.clone(),
-                        arrived,
-                        timeline_stop.clone(),
-                    ));
-                    last_sample = Instant::now();
-                    host_samples.push(sample(&guest, arrived.elapsed().as_secs_f64()));
+                    .unwrap_or(self.results.len());
+                self.current = Some((i, Vec::new(), Vec::new()));
+                if self.first_command.is_none() {
+                    self.first_command = Some(arrived);
+                    return Some(Marker::FirstCommand(arrived));
                 }
-                current = Some((i, Vec::new(), Vec::new()));
+                None
             }
             Some("END") => {
                 let code = words.nth(1).and_then(|w| w.parse().ok());
-                if let Some(t0) = first_command {
-                    let now = t0.elapsed().as_secs_f64();
-                    host_samples.push(sample(&guest, now));
-                    command_ends_s.push(now);
-                }
-                if let Some((i, out, line_at_s)) = current.take() {
-                    results.push(CommandResult {
+                if let Some((i, out, line_at_s)) = self.current.take() {
+                    self.results.push(CommandResult {
                         command: commands.get(i).cloned().unwrap_or_default(),
                         exit_code: code,
                         output: out.join("\n"),
                         line_at_s,
                     });
                 }
+                self.first_command.map(Marker::CommandEnded)
             }
-            Some("DONE") => done = true,
-            _ => {}
+            Some("DONE") => {
+                self.done = true;
+                None
+            }
+            _ => None,
         }
     }
-    guest.thaw_all();
-    let _ = guest.child.wait();
-    timeline_stop.store(true, Ordering::Relaxed);
-    let timeline = timeline
-        .map(|h| h.join().unwrap_or_default())
-        .unwrap_or_default();
-    Ok(RunResult {
-        layout: layout.name().to_string(),
-        accel: accel_arg,
-        boot_ms: boot_ms.unwrap_or(0.0),
-        commands: results,
-        phases_applied_s,
-        host_samples,
-        timeline,
-        command_ends_s,
-        console: console.join("\n"),
-    })
+
+    fn output(&mut self, line: String, arrived_s: f64) {
+        if let Some((_, out, at_s)) = self.current.as_mut() {
+            out.push(line);
+            at_s.push(arrived_s);
+        }
+    }
+
+    /// QEMU ended before the runner said DONE: a guest kernel panic (the
+    /// guest's fault, told apart from ours) or QEMU's own exit.
+    fn qemu_exited(
+        &mut self,
+        guest: &mut Guest,
+        stderr_text: std::thread::JoinHandle<String>,
+    ) -> LabError {
+        guest.thaw_all();
+        let status = guest
+            .child
+            .wait()
+            .map_or_else(|e| format!("status unknown: {e}"), |s| s.to_string());
+        let err = stderr_text.join().unwrap_or_default();
+        // panic=-1 reboots, and -no-reboot then ends QEMU.
+        if self.console.iter().any(|l| l.contains("Kernel panic")) {
+            return LabError::GuestPanic {
+                during_commands: self.first_command.is_some(),
+                console_tail: self.tail(),
+                partial_output: self
+                    .current
+                    .take()
+                    .map(|(_, out, _)| out.join("\n"))
+                    .unwrap_or_default(),
+            };
+        }
+        LabError::QemuExited {
+            status,
+            stderr: err.trim().to_string(),
+            console_tail: self.tail(),
+        }
+    }
 }
 
 #[cfg(test)]
