@@ -137,14 +137,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     let status_socket = Arc::new(
         StatusSocket::bind(&args.socket).context("setting up the status socket (see --socket)")?,
     );
-    let listener = TcpListener::bind(args.listen).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            " (is another vsched daemon running? choose another address with --listen)"
-        } else {
-            ""
-        };
-        anyhow::anyhow!("cannot listen on {}: {e}{hint}", args.listen)
-    })?;
+    let listener = bind_metrics(args.listen)?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let groups: Vec<PathBuf> = args
         .rwc_cgroups
@@ -161,31 +154,14 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         _watchdog = Some(spawn_watchdog(&args.rwc_state)?);
     }
     signals::catch();
-    let metrics = Arc::new(Metrics::new());
-    {
-        let metrics = Arc::clone(&metrics);
-        std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || vsched_daemon::serve(&listener, &|| metrics.render()))
-            .context("starting the metrics server")?;
-    }
+    let metrics = serve_metrics(listener)?;
+    let rwc_status = rwc.as_ref().map(|_| RwcStatus {
+        cgroups: groups.clone(),
+        dry_run: args.dry_run,
+        ..RwcStatus::default()
+    });
     let latest = Arc::new(Mutex::new(Latest {
-        status: DaemonStatus {
-            schema: STATUS_SCHEMA.to_string(),
-            pid: std::process::id(),
-            started_unix_s: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            metrics_url: format!("http://{bound}/metrics"),
-            model_updates: 0,
-            report: None,
-            rwc: rwc.as_ref().map(|_| RwcStatus {
-                cgroups: groups.clone(),
-                dry_run: args.dry_run,
-                ..RwcStatus::default()
-            }),
-            sched: None,
-        },
+        status: initial_status(format!("http://{bound}/metrics"), rwc_status),
         history: History::new(u64::try_from(args.history.as_millis()).unwrap_or(u64::MAX)),
     }));
     serve_status(status_socket, Arc::clone(&latest))?;
@@ -253,6 +229,45 @@ fn print_sched_event(event: &Event) {
             "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
             exit.reason, exit.kind, exit.message
         ),
+    }
+}
+
+/// The metrics' listening socket, with a hint when the address is taken.
+fn bind_metrics(listen: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(listen).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (is another vsched daemon running? choose another address with --listen)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
+    })
+}
+
+/// Serves `GET /metrics` on its own thread from the metrics returned.
+fn serve_metrics(listener: TcpListener) -> Result<Arc<Metrics>> {
+    let metrics = Arc::new(Metrics::new());
+    let served = Arc::clone(&metrics);
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || vsched_daemon::serve(&listener, &|| served.render()))
+        .context("starting the metrics server")?;
+    Ok(metrics)
+}
+
+/// The status before the first report.
+fn initial_status(metrics_url: String, rwc: Option<RwcStatus>) -> DaemonStatus {
+    DaemonStatus {
+        schema: STATUS_SCHEMA.to_string(),
+        pid: std::process::id(),
+        started_unix_s: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        metrics_url,
+        model_updates: 0,
+        report: None,
+        rwc,
+        sched: None,
     }
 }
 

@@ -10,8 +10,9 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vsched_model::report::ProbeReport;
+use vsched_model::report::TopologyReport;
 use vsched_model::EpisodeFilter;
-use vsched_probe::plan::{self, CpuSelection, WatchSchedule, Windows};
+use vsched_probe::plan::{self, CpuSelection, StepPlan, WatchSchedule, Windows};
 use vsched_probe::session::{ProbeOptions, Session};
 use vsched_probe::vcap::SampleConfig;
 use vsched_probe::vtop::VtopConfig;
@@ -128,48 +129,65 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 
 pub fn run(args: ProbeArgs) -> Result<()> {
     let CpuSelection { cpus, warnings } = plan::select_cpus(args.cpus.as_deref())?;
-    let only = |m| args.only.is_empty() || args.only.contains(&m);
-    let (capacity, activity, topology) = (
-        only(Measure::Capacity),
-        only(Measure::Activity),
-        only(Measure::Topology),
-    );
+    check_flags(&args)?;
+    let previous = read_previous(&args, &cpus)?;
+    let (opts, windows) = probe_options(&args, cpus)?;
+    let mut session = Session::new(opts);
+    if let Some(prev) = &previous {
+        session.set_known_topology(prev);
+    }
+    let first = plan::first_step(previous.is_some());
+    if args.watch {
+        watch(&args, session, first, &warnings)
+    } else {
+        probe_once(&args, session, first, windows, warnings)
+    }
+}
 
+/// Refuses, before any measuring, what cannot work: a plot into a
+/// directory that does not exist, --validate without topology.
+fn check_flags(args: &ProbeArgs) -> Result<()> {
     if let Some(path) = &args.plot {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
             bail!("--plot {}: its directory does not exist", path.display());
         }
     }
-    if args.validate.is_some() && !topology {
+    if args.validate.is_some() && !args.only.is_empty() && !args.only.contains(&Measure::Topology) {
         bail!("--validate checks a topology, but --only leaves topology out");
     }
-    let previous = match &args.validate {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let report: ProbeReport = serde_json::from_str(&text).with_context(|| {
-                format!("{} is not a `vsched probe --json` report", path.display())
-            })?;
-            Some(plan::previous_topology(path, report, &cpus)?)
-        }
-        None => None,
-    };
+    Ok(())
+}
 
+/// The topology of `--validate`'s earlier report, for the vCPUs probed.
+fn read_previous(args: &ProbeArgs, cpus: &[u32]) -> Result<Option<TopologyReport>> {
+    let Some(path) = &args.validate else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let report: ProbeReport = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a `vsched probe --json` report", path.display()))?;
+    Ok(Some(plan::previous_topology(path, report, cpus)?))
+}
+
+/// What to measure and how, from the flags; and the windows chosen.
+fn probe_options(args: &ProbeArgs, cpus: Vec<u32>) -> Result<(ProbeOptions, Windows)> {
+    let only = |m| args.only.is_empty() || args.only.contains(&m);
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let Windows { light, heavy } = Windows::choose(
+    let windows = Windows::choose(
         args.duration,
         args.heavy,
         args.watch.then_some(args.interval),
     )?;
     let opts = ProbeOptions {
         cpus,
-        capacity,
-        activity,
-        topology,
+        capacity: only(Measure::Capacity),
+        activity: only(Measure::Activity),
+        topology: only(Measure::Topology),
         sample: SampleConfig {
-            light_ns: ns(light),
-            heavy_ns: ns(heavy),
+            light_ns: ns(windows.light),
+            heavy_ns: ns(windows.heavy),
             ..SampleConfig::default()
         },
         filter: EpisodeFilter {
@@ -180,30 +198,41 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         straggler_ratio: args.straggler_ratio,
         ema_half_life_s: args.half_life.as_secs_f64(),
     };
-    let mut session = Session::new(opts);
-    if let Some(prev) = &previous {
-        session.set_known_topology(prev);
-    }
-    let first = plan::first_step(previous.is_some());
+    Ok((opts, windows))
+}
 
-    if !args.watch {
-        let expected_s = if session.measures_vcpus() {
-            (light + heavy).as_secs_f64()
-        } else {
-            0.1 // topology alone: a few pair ping-pongs, well under a second
-        };
-        let progress = Progress::new(expected_s);
-        let update = |what: &str, f: f64| progress.update(what, f);
-        let mut report = session.step(
-            first,
-            progress.enabled().then_some(&update as &dyn Fn(&str, f64)),
-        );
-        progress.finish();
-        report.warnings.splice(0..0, warnings);
-        write_trace(&args, &session)?;
-        return emit(&args, &report, false);
-    }
+/// One probe, with a progress line on a terminal.
+fn probe_once(
+    args: &ProbeArgs,
+    mut session: Session,
+    first: StepPlan,
+    windows: Windows,
+    warnings: Vec<String>,
+) -> Result<()> {
+    let expected_s = if session.measures_vcpus() {
+        (windows.light + windows.heavy).as_secs_f64()
+    } else {
+        0.1 // topology alone: a few pair ping-pongs, well under a second
+    };
+    let progress = Progress::new(expected_s);
+    let update = |what: &str, f: f64| progress.update(what, f);
+    let mut report = session.step(
+        first,
+        progress.enabled().then_some(&update as &dyn Fn(&str, f64)),
+    );
+    progress.finish();
+    report.warnings.splice(0..0, warnings);
+    write_trace(args, &session)?;
+    emit(args, &report, false)
+}
 
+/// `--watch`: a report every interval until Ctrl-C, SIGTERM or --count.
+fn watch(
+    args: &ProbeArgs,
+    mut session: Session,
+    first: StepPlan,
+    warnings: &[String],
+) -> Result<()> {
     // Ctrl-C/SIGTERM end the loop after the current step so the last line
     // of output is whole.
     signals::catch();
@@ -215,8 +244,8 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         let mut report = session.step(step, None);
         report.warnings.splice(0..0, warnings.iter().cloned());
         report.overhead = Some(session.overhead());
-        write_trace(&args, &session)?;
-        emit(&args, &report, true)?;
+        write_trace(args, &session)?;
+        emit(args, &report, true)?;
         updates += 1;
         if args.count.is_some_and(|n| updates >= n) {
             return Ok(());

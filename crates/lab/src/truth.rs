@@ -10,7 +10,7 @@ use crate::layout::VcpuState;
 use crate::run::{HostSample, TimelineSample};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vsched_model::report::ProbeReport;
+use vsched_model::report::{ProbeReport, VcpuReport};
 
 /// Tolerances from the lab's contract (issue: relative capacity within 15%,
 /// inactive-episode mean within 25%; stacking and stragglers exact).
@@ -266,7 +266,20 @@ pub struct Item {
 /// (speed x availability) is then shown but not scored, and the time share
 /// the host gave each vCPU is scored through `available_pct` instead.
 pub fn score(t: &Truth, r: &ProbeReport, emulated: bool) -> Vec<Item> {
-    let mut items = Vec::new();
+    let mut items = vec![stacking_item(t, r)];
+    let max_avail = r
+        .vcpus
+        .iter()
+        .filter_map(|v| v.available_pct)
+        .fold(0.0, f64::max);
+    for v in r.vcpus.iter().filter(|v| (v.cpu as usize) < t.share.len()) {
+        items.extend(vcpu_items(t, v, max_avail, emulated));
+    }
+    items
+}
+
+/// The stacked groups measured against the layout's.
+fn stacking_item(t: &Truth, r: &ProbeReport) -> Item {
     let mut measured_groups: Vec<Vec<u32>> = r
         .vcpus
         .iter()
@@ -292,77 +305,73 @@ pub fn score(t: &Truth, r: &ProbeReport, emulated: bool) -> Vec<Item> {
                 .join(" ")
         }
     };
-    items.push(Item {
+    Item {
         what: "stacking groups".into(),
         expected: fmt_groups(&expected_groups),
         measured: fmt_groups(&measured_groups),
         pass: measured_groups == expected_groups,
         scored: true,
+    }
+}
+
+/// One vCPU's available share (relative to the best vCPU's, `max_avail`),
+/// capacity, inactive-episode mean and straggler flag against the truth.
+fn vcpu_items(t: &Truth, v: &VcpuReport, max_avail: f64, emulated: bool) -> Vec<Item> {
+    let i = v.cpu as usize;
+    let mut items = Vec::new();
+    let rel = t.capacity_rel[i];
+    let within = |m: f64| (m - rel).abs() <= CAPACITY_TOLERANCE * rel;
+    let measured_avail = v
+        .available_pct
+        .filter(|_| max_avail > 0.0)
+        .map(|a| a / max_avail);
+    let switched_out = rel < SWITCHED_OUT_BELOW;
+    let low = if switched_out {
+        EMULATED_SWITCHED_LOW_TOLERANCE
+    } else {
+        CAPACITY_TOLERANCE
+    };
+    let avail_within = |m: f64| m >= rel * (1.0 - low) && m <= rel * (1.0 + CAPACITY_TOLERANCE);
+    let avail_tolerance = if switched_out {
+        format!("-{:.0}%/+{:.0}%", low * 100.0, CAPACITY_TOLERANCE * 100.0)
+    } else {
+        format!("±{:.0}%", CAPACITY_TOLERANCE * 100.0)
+    };
+    items.push(Item {
+        what: format!("vCPU {i} relative available share"),
+        expected: format!("{rel:.2} ({avail_tolerance})"),
+        measured: measured_avail.map_or("not measured".into(), |m| format!("{m:.2}")),
+        pass: measured_avail.is_some_and(avail_within),
+        scored: emulated,
     });
-    let max_avail = r
-        .vcpus
-        .iter()
-        .filter_map(|v| v.available_pct)
-        .fold(0.0, f64::max);
-    for v in &r.vcpus {
-        let i = v.cpu as usize;
-        if i >= t.share.len() {
-            continue;
-        }
-        let rel = t.capacity_rel[i];
-        let within = |m: f64| (m - rel).abs() <= CAPACITY_TOLERANCE * rel;
-        let measured_avail = v
-            .available_pct
-            .filter(|_| max_avail > 0.0)
-            .map(|a| a / max_avail);
-        let switched_out = rel < SWITCHED_OUT_BELOW;
-        let low = if switched_out {
-            EMULATED_SWITCHED_LOW_TOLERANCE
-        } else {
-            CAPACITY_TOLERANCE
-        };
-        let avail_within = |m: f64| m >= rel * (1.0 - low) && m <= rel * (1.0 + CAPACITY_TOLERANCE);
-        let avail_tolerance = if switched_out {
-            format!("-{:.0}%/+{:.0}%", low * 100.0, CAPACITY_TOLERANCE * 100.0)
-        } else {
-            format!("±{:.0}%", CAPACITY_TOLERANCE * 100.0)
-        };
+    items.push(Item {
+        what: format!("vCPU {i} relative capacity"),
+        expected: format!("{:.0} (±{:.0}%)", rel * 1024.0, CAPACITY_TOLERANCE * 100.0),
+        measured: v.capacity.map_or("not measured".into(), |c| c.to_string()),
+        pass: v.capacity.is_some_and(|c| within(c as f64 / 1024.0)),
+        scored: !emulated,
+    });
+    if let Some(truth_us) = t.episode_mean_us[i] {
+        let mean = v.episodes.filter(|e| e.count > 0).map(|e| e.mean_us);
         items.push(Item {
-            what: format!("vCPU {i} relative available share"),
-            expected: format!("{rel:.2} ({avail_tolerance})"),
-            measured: measured_avail.map_or("not measured".into(), |m| format!("{m:.2}")),
-            pass: measured_avail.is_some_and(avail_within),
-            scored: emulated,
-        });
-        items.push(Item {
-            what: format!("vCPU {i} relative capacity"),
-            expected: format!("{:.0} (±{:.0}%)", rel * 1024.0, CAPACITY_TOLERANCE * 100.0),
-            measured: v.capacity.map_or("not measured".into(), |c| c.to_string()),
-            pass: v.capacity.is_some_and(|c| within(c as f64 / 1024.0)),
-            scored: !emulated,
-        });
-        if let Some(truth_us) = t.episode_mean_us[i] {
-            let mean = v.episodes.filter(|e| e.count > 0).map(|e| e.mean_us);
-            items.push(Item {
-                what: format!("vCPU {i} inactive-episode mean"),
-                expected: format!(
-                    "{:.2} ms (±{:.0}%)",
-                    truth_us / 1e3,
-                    EPISODE_TOLERANCE * 100.0
-                ),
-                measured: mean.map_or("none".into(), |m| format!("{:.2} ms", m / 1e3)),
-                pass: mean.is_some_and(|m| (m - truth_us).abs() <= EPISODE_TOLERANCE * truth_us),
-                scored: true,
-            });
-        }
-        items.push(Item {
-            what: format!("vCPU {i} straggler"),
-            expected: t.straggler[i].to_string(),
-            measured: v.straggler.to_string(),
-            pass: v.straggler == t.straggler[i],
+            what: format!("vCPU {i} inactive-episode mean"),
+            expected: format!(
+                "{:.2} ms (±{:.0}%)",
+                truth_us / 1e3,
+                EPISODE_TOLERANCE * 100.0
+            ),
+            measured: mean.map_or("none".into(), |m| format!("{:.2} ms", m / 1e3)),
+            pass: mean.is_some_and(|m| (m - truth_us).abs() <= EPISODE_TOLERANCE * truth_us),
             scored: true,
         });
     }
+    items.push(Item {
+        what: format!("vCPU {i} straggler"),
+        expected: t.straggler[i].to_string(),
+        measured: v.straggler.to_string(),
+        pass: v.straggler == t.straggler[i],
+        scored: true,
+    });
     items
 }
 
