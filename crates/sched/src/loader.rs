@@ -5,6 +5,7 @@
 //! process dies first, the kernel drops the link itself and switches every
 //! task back to its default scheduler: there is nothing to restore.
 
+use crate::bpf_intf::vcpu_model;
 use crate::bpf_skel::{BpfSkel, BpfSkelBuilder, OpenBpfSkel};
 use crate::error::SchedError;
 use crate::model::VcpuModel;
@@ -12,7 +13,7 @@ use crate::stats::{Stats, NR_STATS};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
+use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 
@@ -156,9 +157,46 @@ fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
     SchedError::Bpf { what, source, log }
 }
 
-/// `update_model` writes struct vcpu_model field by field: seven u32. If
-/// intf.h grows a field, this stops the build until the writer follows.
-const _: () = assert!(std::mem::size_of::<crate::bpf_intf::vcpu_model>() == 28);
+/// The BPF map's value for `m`: intf.h's struct vcpu_model, as bindgen
+/// generated it, each field written at its own offset. A field added to
+/// intf.h stops the build here (the struct literal and the destructuring
+/// name every field) until it is filled.
+fn model_value(m: &VcpuModel) -> [u8; std::mem::size_of::<vcpu_model>()] {
+    let value = vcpu_model {
+        capacity: m.capacity,
+        hidden: crate::model::hidden_bits(&m.visibility),
+        episode_mean_us: m.episode_mean_us,
+        available_permille: m.available_permille,
+        flags: m.flag_bits(),
+        stack_mates_lo: m.stack_mates as u32,
+        stack_mates_hi: (m.stack_mates >> 32) as u32,
+    };
+    let vcpu_model {
+        capacity,
+        hidden,
+        episode_mean_us,
+        available_permille,
+        flags,
+        stack_mates_lo,
+        stack_mates_hi,
+    } = value;
+    let mut bytes = [0u8; std::mem::size_of::<vcpu_model>()];
+    for (offset, field) in [
+        (offset_of!(vcpu_model, capacity), capacity),
+        (offset_of!(vcpu_model, hidden), hidden),
+        (offset_of!(vcpu_model, episode_mean_us), episode_mean_us),
+        (
+            offset_of!(vcpu_model, available_permille),
+            available_permille,
+        ),
+        (offset_of!(vcpu_model, flags), flags),
+        (offset_of!(vcpu_model, stack_mates_lo), stack_mates_lo),
+        (offset_of!(vcpu_model, stack_mates_hi), stack_mates_hi),
+    ] {
+        bytes[offset..offset + 4].copy_from_slice(&field.to_ne_bytes());
+    }
+    bytes
+}
 
 /// A command name as the kernel keeps it (`comm`): at most 15 bytes and a
 /// NUL, zero-padded to 16, the BPF map's key.
@@ -271,24 +309,10 @@ impl<'obj> Scheduler<'obj> {
     /// Writes the model of each vCPU into the BPF side's map.
     pub fn update_model(&self, models: &[VcpuModel]) -> Result<(), SchedError> {
         for m in models.iter().filter(|m| (m.cpu as usize) < self.nr_cpus) {
-            // struct vcpu_model: seven u32 in native byte order, as intf.h
-            // declares them (no padding).
-            let mut value = Vec::with_capacity(28);
-            for field in [
-                m.capacity,
-                crate::model::hidden_bits(&m.visibility),
-                m.episode_mean_us,
-                m.available_permille,
-                m.flag_bits(),
-                m.stack_mates as u32,
-                (m.stack_mates >> 32) as u32,
-            ] {
-                value.extend_from_slice(&field.to_ne_bytes());
-            }
             self.skel
                 .maps
                 .vcpu_models
-                .update(&m.cpu.to_ne_bytes(), &value, MapFlags::ANY)
+                .update(&m.cpu.to_ne_bytes(), &model_value(m), MapFlags::ANY)
                 .map_err(|e| bpf_error("writing the vCPU model", e))?;
         }
         Ok(())
@@ -345,6 +369,25 @@ fn c_chars(chars: &[std::os::raw::c_char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_value_puts_each_field_at_its_offset() {
+        let m = VcpuModel {
+            cpu: 3,
+            capacity: 700,
+            visibility: crate::model::Visibility::default(),
+            episode_mean_us: 1500,
+            available_permille: 640,
+            low_latency: false,
+            stack_mates: (1 << 33) | 1,
+        };
+        let bytes = model_value(&m);
+        let word = |i: usize| u32::from_ne_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!(
+            [word(0), word(2), word(3), word(5), word(6)],
+            [700, 1500, 640, 1, 2]
+        );
+    }
 
     #[test]
     fn a_hotplug_ejection_asks_for_a_restart_and_an_error_does_not() {
