@@ -563,16 +563,26 @@ const BVS_MIN_PLACED: u64 = 1500 / 4;
 /// (docs/sched.md, known weaknesses).
 const BVS_ATTEMPTS: usize = 3;
 
+/// The request server under `vsched sched FLAG`, its summary after `marker`.
+fn bvs_run(flag: &str, marker: &str) -> String {
+    format!(
+        "{}echo {marker}; schedbench server 4 1500 100 3000; kill $s; wait; \
+         cat /tmp/{marker}.json",
+        load_and_wait_for_model(flag, marker)
+    )
+}
+
+/// What one guest must show for BVS's effect: the model marks only vCPU 0
+/// low-latency, at least BVS_MIN_SHARE_PCT of requests start there, and
+/// BVS_MIN_CONTRAST_PCT points more than in the control run.
+fn bvs_effect_shown(low: &[bool], share: f64, control: f64) -> bool {
+    low == [true, false] && share >= BVS_MIN_SHARE_PCT && control < share - BVS_MIN_CONTRAST_PCT
+}
+
 #[test]
 fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     let _guard = common::serial();
-    let run = |flag: &str, marker: &str| {
-        format!(
-            "{}echo {marker}; schedbench server 4 1500 100 3000; kill $s; wait; \
-             cat /tmp/{marker}.json",
-            load_and_wait_for_model(flag, marker)
-        )
-    };
+    let run = bvs_run;
     let guest = layout_with_schedbench("sched/bench-bvs");
     for attempt in 1..=BVS_ATTEMPTS {
         let out = run_in_guest(
@@ -616,8 +626,7 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
             "bvs attempt {attempt}: {share}% of requests on vCPU 0 with BVS, {control}% without; \
              low-latency at the end: {low:?}"
         );
-        let model_right = low == [true, false];
-        if model_right && share >= BVS_MIN_SHARE_PCT && control < share - BVS_MIN_CONTRAST_PCT {
+        if bvs_effect_shown(&low, share, control) {
             return;
         }
         let miss = format!(
@@ -629,6 +638,40 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         assert!(
             attempt < BVS_ATTEMPTS,
             "with BVS most requests are served on vCPU 0, and clearly more than without: {miss}\n{with}\n{without}"
+        );
+    }
+}
+
+/// The control of the test above: the same procedure (BVS_ATTEMPTS
+/// guests, the best one counts) with BVS off in both runs must not pass,
+/// or its thresholds would not tell BVS from noise.
+#[test]
+fn bvs_test_procedure_fails_with_bvs_off() {
+    let _guard = common::serial();
+    let guest = layout_with_schedbench("sched/bench-bvs");
+    for attempt in 1..=BVS_ATTEMPTS {
+        let out = run_in_guest(
+            &guest,
+            &[&bvs_run("--no-bvs", "a"), &bvs_run("--no-bvs", "b")],
+        );
+        let (_, a) = &out[0];
+        let (_, b) = &out[1];
+        let summary = summary_after(a, "a");
+        assert_model_came(&summary, a);
+        let low: Vec<bool> = summary["model"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["low_latency"] == true)
+            .collect();
+        let (share, control) = (on_cpu0_pct(a, "a"), on_cpu0_pct(b, "b"));
+        println!(
+            "bvs control attempt {attempt}: {share}% and {control}% on vCPU 0, both without BVS"
+        );
+        assert!(
+            !bvs_effect_shown(&low, share, control),
+            "without BVS the test's criterion passed (attempt {attempt}: {share}% against {control}%): \
+             it does not discriminate\n{a}\n{b}"
         );
     }
 }
@@ -659,21 +702,8 @@ const IVH_ATTEMPTS: usize = 2;
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
-    // The thread's work for `seconds` at the speed the calibration saw.
-    let run = |flag: &str, marker: &str, seconds: f64| {
-        format!(
-            "work=$(awk -v s=$(cat /tmp/calibration_s) \
-               'BEGIN {{ printf \"%d\", {IVH_CALIBRATION_WORK} * {seconds} / s }}'); \
-             {}echo {marker} work $work; grep cpu /proc/stat; \
-             sh -c \"renice -n 5 -p \\$\\$ >/dev/null; exec schedbench cpu 1 $work\"; \
-             grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json",
-            load_and_wait_for_model(&format!("--no-rwc {flag}"), marker)
-        )
-    };
-    let calibrate = format!(
-        "schedbench cpu 1 {IVH_CALIBRATION_WORK} | awk '/^elapsed_s/ {{ print $2 }}' \
-         > /tmp/calibration_s; echo calibration_s $(cat /tmp/calibration_s)"
-    );
+    let run = ivh_run;
+    let calibrate = ivh_calibration();
     let guest = layout_with_schedbench("sched/bench-ivh");
     for attempt in 1..=IVH_ATTEMPTS {
         let out = run_in_guest(
@@ -694,8 +724,7 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
             share * 100.0,
             control_share * 100.0
         );
-        // The effect: with IVH the thread's time is clearly more spread.
-        if share + IVH_MIN_SPREAD < control_share {
+        if ivh_effect_shown(share, control_share) {
             return;
         }
         let (_, with) = &out[0];
@@ -712,6 +741,71 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         assert!(
             attempt < IVH_ATTEMPTS,
             "IVH spreads the thread's time: {miss}\n{with}\n{without}"
+        );
+    }
+}
+
+/// The niced CPU-bound thread under `vsched sched --no-rwc FLAG`, its work
+/// for `seconds` at the speed the calibration saw, with /proc/stat before
+/// and after and the summary after `marker`.
+fn ivh_run(flag: &str, marker: &str, seconds: f64) -> String {
+    format!(
+        "work=$(awk -v s=$(cat /tmp/calibration_s) \
+           'BEGIN {{ printf \"%d\", {IVH_CALIBRATION_WORK} * {seconds} / s }}'); \
+         {}echo {marker} work $work; grep cpu /proc/stat; \
+         sh -c \"renice -n 5 -p \\$\\$ >/dev/null; exec schedbench cpu 1 $work\"; \
+         grep cpu /proc/stat; kill $s; wait; cat /tmp/{marker}.json",
+        load_and_wait_for_model(&format!("--no-rwc {flag}"), marker)
+    )
+}
+
+/// The calibration run: the thread's speed under the default scheduler.
+fn ivh_calibration() -> String {
+    format!(
+        "schedbench cpu 1 {IVH_CALIBRATION_WORK} | awk '/^elapsed_s/ {{ print $2 }}' \
+         > /tmp/calibration_s; echo calibration_s $(cat /tmp/calibration_s)"
+    )
+}
+
+/// The effect one guest must show: with IVH the thread's time is clearly
+/// more spread (its busiest vCPU's share IVH_MIN_SPREAD lower).
+fn ivh_effect_shown(share: f64, control_share: f64) -> bool {
+    share + IVH_MIN_SPREAD < control_share
+}
+
+/// The control of the IVH test: its spread criterion, over IVH_ATTEMPTS
+/// guests, with IVH off in both runs must not pass.
+#[test]
+fn ivh_test_procedure_fails_with_ivh_off() {
+    let _guard = common::serial();
+    let guest = layout_with_schedbench("sched/bench-ivh");
+    for attempt in 1..=IVH_ATTEMPTS {
+        let out = run_in_guest(
+            &guest,
+            &[
+                &ivh_calibration(),
+                &ivh_run("--no-ivh", "a", IVH_SHORT_THREAD_S),
+                &ivh_run("--no-ivh", "b", IVH_SHORT_THREAD_S),
+            ],
+        );
+        let share = |text: &str, marker: &str| {
+            let ticks = nice_ticks(text, marker);
+            let total: i64 = ticks.iter().sum();
+            assert!(total > 50, "the thread ran (nice ticks {ticks:?}): {text}");
+            *ticks.iter().max().unwrap() as f64 / total as f64
+        };
+        let (a, b) = (share(&out[1].1, "a"), share(&out[2].1, "b"));
+        println!(
+            "ivh control attempt {attempt}: busiest vCPU {:.0}% and {:.0}%, both without IVH",
+            a * 100.0,
+            b * 100.0
+        );
+        assert!(
+            !ivh_effect_shown(a, b),
+            "without IVH the test's criterion passed (attempt {attempt}: {a:.2} against {b:.2}): \
+             it does not discriminate\n{}\n{}",
+            out[1].1,
+            out[2].1
         );
     }
 }
