@@ -572,6 +572,16 @@ fn bvs_run(flag: &str, marker: &str) -> String {
     )
 }
 
+/// Which vCPUs the summary's last model marks low-latency.
+fn low_latency_vcpus(summary: &Value) -> Vec<bool> {
+    summary["model"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a model in {summary:#}"))
+        .iter()
+        .map(|m| m["low_latency"] == true)
+        .collect()
+}
+
 /// What one guest must show for BVS's effect: the model marks only vCPU 0
 /// low-latency, at least BVS_MIN_SHARE_PCT of requests start there, and
 /// BVS_MIN_CONTRAST_PCT points more than in the control run.
@@ -613,12 +623,7 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         // The model and the effect, which host noise moves (see
         // BVS_MIN_SHARE_PCT and BVS_ATTEMPTS): judged by the best of
         // BVS_ATTEMPTS guests, every miss noted.
-        let low: Vec<bool> = summary["model"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["low_latency"] == true)
-            .collect();
+        let low = low_latency_vcpus(&summary);
         let share = on_cpu0_pct(with, "with-bvs");
         let control = on_cpu0_pct(without, "without-bvs");
         // Visible with --nocapture: the contrast this guest showed.
@@ -658,12 +663,7 @@ fn bvs_test_procedure_fails_with_bvs_off() {
         let (_, b) = &out[1];
         let summary = summary_after(a, "a");
         assert_model_came(&summary, a);
-        let low: Vec<bool> = summary["model"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["low_latency"] == true)
-            .collect();
+        let low = low_latency_vcpus(&summary);
         let (share, control) = (on_cpu0_pct(a, "a"), on_cpu0_pct(b, "b"));
         println!(
             "bvs control attempt {attempt}: {share}% and {control}% on vCPU 0, both without BVS"
