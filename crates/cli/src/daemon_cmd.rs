@@ -206,7 +206,8 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // stays blocked in accept until the process exits): remove it now.
     let _ = std::fs::remove_file(&args.socket);
     let stopped = daemon.stop();
-    if stopped.sched.is_some() {
+    // After an ejection the kernel's own was back long ago (said then).
+    if stopped.sched.as_ref().is_some_and(|e| e.ejected.is_none()) {
         eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
     }
     let clean = stopped.rwc.as_ref().is_none_or(report_outcome);

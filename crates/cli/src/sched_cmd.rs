@@ -201,19 +201,26 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let tunables = tunables(&args);
     signals::catch();
     let started = Instant::now();
+    // Before loading: a file an earlier run left must not say ready now.
+    let mut ready = ReadyFile::new(args.ready_file.clone());
     let mut session = Session::start(tunables, &args.latency_sensitive)?;
     announce(&args, &session, &tunables);
     // The probers and the program start once the scheduler runs.
     let (reports_tx, reports) = mpsc::channel();
     let prober = start_probers(&args, tunables, reports_tx)?;
     let mut child = spawn_program(&args.program)?;
-    let fed = feed_until_done(&args, &mut session, &reports, child.as_mut(), started)?;
+    let fed = feed_until_done(
+        &args,
+        &mut session,
+        &reports,
+        child.as_mut(),
+        &mut ready,
+        started,
+    )?;
+    // Not in charge from here on.
+    drop(ready);
     let (model_updates, model) = (session.model_updates(), session.model().to_vec());
     let ending = session.stop();
-    if let Some(path) = args.ready_file.as_ref().filter(|_| fed.ready) {
-        // No longer true: a stale file would tell a script vsched runs.
-        let _ = std::fs::remove_file(path);
-    }
     let mut program_exit_code = fed.program_exit_code;
     if let (Some(e), Some(c), None) = (&ending.ejected, child.as_mut(), program_exit_code) {
         // The program goes on under the kernel's own scheduler; its exit
@@ -249,6 +256,9 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         program_exit_code,
     };
     print_summary(&summary, &ending.totals);
+    if ending.counters_incomplete {
+        eprintln!("vsched sched: warning: a load's counters could not be read at its unload; the totals miss them");
+    }
     if let Some(path) = &args.stats_json {
         let json = serde_json::to_string_pretty(&summary)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
@@ -288,27 +298,62 @@ fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
     }
 }
 
-/// `--ready-file`: one JSON line, written whole (a reader that sees the
-/// file sees all of it).
-fn write_ready(path: &std::path::Path, session: &Session) -> Result<()> {
-    let line = serde_json::json!({
-        "schema": "vsched.sched-ready/v1",
-        "pid": std::process::id(),
-        "nr_cpus": session.nr_cpus(),
-        "model_updates": session.model_updates(),
-    });
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{line}\n"))
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .with_context(|| format!("writing {} (--ready-file)", path.display()))
+/// `--ready-file`: one JSON line once the scheduler runs with its first
+/// model, written whole (a reader that sees the file sees all of it). The
+/// file says vsched is in charge, so it exists only while that is true: a
+/// file left by an earlier run is removed at the start, and this one on
+/// every way out (Drop: errors and panics too).
+struct ReadyFile {
+    path: Option<PathBuf>,
+    written: bool,
+}
+
+impl ReadyFile {
+    fn new(path: Option<PathBuf>) -> ReadyFile {
+        if let Some(p) = &path {
+            let _ = std::fs::remove_file(p);
+        }
+        ReadyFile {
+            path,
+            written: false,
+        }
+    }
+
+    fn write(&mut self, session: &Session) -> Result<()> {
+        self.written = true;
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let line = serde_json::json!({
+            "schema": "vsched.sched-ready/v1",
+            "pid": std::process::id(),
+            "nr_cpus": session.nr_cpus(),
+            "model_updates": session.model_updates(),
+        });
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(format!(".tmp.{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let written =
+            std::fs::write(&tmp, format!("{line}\n")).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.with_context(|| format!("writing {} (--ready-file)", path.display()))
+    }
+}
+
+impl Drop for ReadyFile {
+    fn drop(&mut self) {
+        if let (Some(path), true) = (&self.path, self.written) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// What the feed loop learnt besides the session's own state.
 struct Fed {
     program_exit_code: Option<i32>,
     probe_overhead: Option<vsched_model::report::Overhead>,
-    /// The scheduler ran with its first model (--ready-file written).
-    ready: bool,
 }
 
 /// Feeds the probers' reports to the scheduler and prints its counters
@@ -319,17 +364,22 @@ fn feed_until_done(
     session: &mut Session,
     reports: &mpsc::Receiver<vsched_model::report::ProbeReport>,
     mut child: Option<&mut Child>,
+    ready: &mut ReadyFile,
     started: Instant,
 ) -> Result<Fed> {
     let mut fed = Fed {
         program_exit_code: None,
         probe_overhead: None,
-        ready: false,
     };
     let mut last_print = Instant::now();
     let mut printed = session.totals()?;
     loop {
         match session.check() {
+            // Loaded as of now: ready once the first model came (the
+            // drain below), or at once without probers.
+            None if !ready.written && (args.no_probe || session.model_updates() > 0) => {
+                ready.write(session)?
+            }
             None => {}
             Some(Event::Reloaded { exit, restart }) => eprintln!(
                 "vsched sched: the kernel unloaded the scheduler ({}); loaded it again (restart {restart})",
@@ -356,12 +406,7 @@ fn feed_until_done(
                 );
             }
         }
-        if !fed.ready && (args.no_probe || session.model_updates() > 0) {
-            if let Some(path) = &args.ready_file {
-                write_ready(path, session)?;
-            }
-            fed.ready = true;
-        }
+
         if let Some(c) = child.as_mut() {
             if let Some(status) = c.try_wait().context("waiting for the program")? {
                 fed.program_exit_code = Some(exit_code(status));

@@ -37,6 +37,9 @@ pub struct Ending {
     pub ejected: Option<ExitInfo>,
     /// Reloads after hot-plug ejections.
     pub restarts: u32,
+    /// A load's counters could not be read as it was unloaded: `totals`
+    /// miss them.
+    pub counters_incomplete: bool,
 }
 
 /// A loaded scheduler and what it was fed.
@@ -56,6 +59,8 @@ pub struct Session {
     /// counters start from zero).
     earlier: Stats,
     restarts: u32,
+    /// A load's counters could not be read at its unload.
+    counters_incomplete: bool,
     /// Why the kernel ejected it, once it has for good.
     ejected: Option<ExitInfo>,
     model: Vec<VcpuModel>,
@@ -76,6 +81,7 @@ impl Session {
             nr_cpus: configured_cpus(),
             earlier: Stats::default(),
             restarts: 0,
+            counters_incomplete: false,
             ejected: None,
             model: Vec::new(),
             model_updates: 0,
@@ -88,7 +94,8 @@ impl Session {
     }
 
     fn attach(&mut self) -> Result<Scheduler<'static>, SchedError> {
-        debug_assert!(self.current.is_none(), "one scheduler per storage");
+        // What makes the borrow below sound; cheap enough to check always.
+        assert!(self.current.is_none(), "one scheduler per storage");
         // SAFETY: `object` points to an allocation this session owns until
         // its Drop, which drops `current` (the only borrow of it) first;
         // `current` is None here, so no other borrow is alive. The
@@ -189,8 +196,9 @@ impl Session {
     /// Detaches the current scheduler, keeping its counters.
     fn unload(&mut self) -> Option<ExitInfo> {
         let s = self.current.take()?;
-        if let Ok(last) = s.stats() {
-            self.earlier = self.earlier.plus(&last);
+        match s.stats() {
+            Ok(last) => self.earlier = self.earlier.plus(&last),
+            Err(_) => self.counters_incomplete = true,
         }
         s.detach()
     }
@@ -206,6 +214,7 @@ impl Session {
             totals: self.earlier.clone(),
             ejected: self.ejected.clone(),
             restarts: self.restarts,
+            counters_incomplete: self.counters_incomplete,
         }
     }
 }
