@@ -633,8 +633,9 @@ mod tests {
         assert_eq!(tunables(&cli.sched), Tunables::default());
     }
 
-    /// The benchmarks name `vsched sched` flags as text: each must be one
-    /// this command accepts, or a benchmark run fails in its guest.
+    /// `vsched bench sched` names `vsched sched` flags as text: each must
+    /// be one this command accepts, or a benchmark run fails in its guest
+    /// (the soak's variants: bench_soak.rs).
     #[test]
     fn every_flag_the_benchmarks_pass_is_a_sched_flag() {
         #[derive(clap::Parser)]
@@ -650,16 +651,7 @@ mod tests {
                 }
             }
         }
-        for v in vsched_bench::soak::known_variants() {
-            if let Some(rest) = v
-                .command
-                .as_deref()
-                .and_then(|c| c.strip_prefix("vsched sched"))
-            {
-                flag_sets.push(rest.to_string());
-            }
-        }
-        assert!(flag_sets.len() > 10, "the benchmarks' variants were found");
+        assert!(flag_sets.len() > 10, "the benchmark's variants were found");
         for flags in &flag_sets {
             let argv = std::iter::once("vsched").chain(flags.split_whitespace());
             if let Err(e) = <Cli as clap::Parser>::try_parse_from(argv) {

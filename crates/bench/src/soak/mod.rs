@@ -14,7 +14,7 @@
 
 mod script;
 
-pub use script::{guest_script, parse, GuestLog, Loader, Usage, WorkCount};
+pub use script::{guest_script, parse, Counters, GuestLog, Loader, Usage, WorkCount};
 
 use crate::cprogram::CProgram;
 use crate::BenchError;
@@ -55,7 +55,8 @@ pub fn known_variants() -> Vec<Variant> {
             "vsched-fifo",
             Some("vsched sched -q --reference-fifo --no-probe"),
         ),
-        v("vsched", Some("vsched sched -q")),
+        // A counter line a minute (seen by long holds); none in short ones.
+        v("vsched", Some("vsched sched --interval 60s")),
         v("vsched-no-rwc", Some("vsched sched -q --no-rwc")),
         v("vsched-no-capacity", Some("vsched sched -q --no-capacity")),
         v("vsched-no-bvs", Some("vsched sched -q --no-bvs")),
@@ -116,6 +117,9 @@ pub struct GuestResult {
     /// The loader's memory and CPU time over each hold (long holds: every
     /// minute), to see whether anything grows.
     pub usage: Vec<Usage>,
+    /// vsched's counts per statistics interval over each hold (long
+    /// holds: every minute), to see whether its decisions' rates drift.
+    pub counters: Vec<Counters>,
     /// What went wrong short of a panic: cycles that failed, workload runs
     /// that failed, kernel complaints in dmesg.
     pub problems: Vec<String>,
@@ -367,6 +371,7 @@ fn guest_result(
         loaded_s: loaded_ms as f64 / 1e3,
         work: log.work,
         usage: log.usage,
+        counters: log.counters,
         problems,
     }
 }

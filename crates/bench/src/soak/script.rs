@@ -79,8 +79,12 @@ const USAGE_EVERY_S: f64 = 60.0;
 /// reported at its start and every [`USAGE_EVERY_S`]: "@@soak usage
 /// UPTIME_MS RSS_KB CPU_TICKS" (utime + stime, at USER_HZ = 100).
 fn hold_reporting_usage(hold_s: f64) -> String {
+    // With the usage, the loader's last counter line (`vsched sched`
+    // without -q prints one every --interval: "  60.0s name=N ..."), if
+    // it printed one: its counts over the last interval.
     let usage = format!(
-        "echo \"{MARK} usage $(ms) $(awk '/^VmRSS/ {{print $2}}' /proc/$S/status 2>/dev/null || echo 0) $(awk '{{print $14 + $15}}' /proc/$S/stat 2>/dev/null || echo 0)\"\n"
+        "echo \"{MARK} usage $(ms) $(awk '/^VmRSS/ {{print $2}}' /proc/$S/status 2>/dev/null || echo 0) $(awk '{{print $14 + $15}}' /proc/$S/stat 2>/dev/null || echo 0)\"\n\
+         echo \"{MARK} counters $(ms) $(grep -E '^ *[0-9.]+s [a-z_]+=' /tmp/soak/loader.log | tail -1)\"\n"
     );
     let mut s = usage.clone();
     let mut left = hold_s;
@@ -125,8 +129,22 @@ pub struct GuestLog {
     pub loader_said: Vec<String>,
     /// The loader's resident memory and CPU time while it was loaded.
     pub usage: Vec<Usage>,
+    /// The loader's counter lines while it was loaded.
+    pub counters: Vec<Counters>,
     /// Whether the script reached its end.
     pub ended: bool,
+}
+
+/// The loader's counts over its last statistics interval, as it printed
+/// them (`vsched sched` without -q), at one moment (guest clock).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Counters {
+    /// The cycle whose loader this is.
+    pub cycle: usize,
+    pub at_ms: u64,
+    /// Seconds since the loader started, at the end of the interval.
+    pub loader_s: f64,
+    pub values: std::collections::BTreeMap<String, u64>,
 }
 
 /// The loader's footprint at one moment (guest clock).
@@ -248,6 +266,29 @@ pub fn parse(output: &str) -> GuestLog {
                     });
                 }
             }
+            Some("counters") => {
+                let at_ms = w.next().and_then(|x| x.parse().ok());
+                let loader_s = w
+                    .next()
+                    .and_then(|x| x.strip_suffix('s'))
+                    .and_then(|x| x.parse().ok());
+                let values: std::collections::BTreeMap<String, u64> = w
+                    .filter_map(|kv| kv.split_once('='))
+                    .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                    .collect();
+                if let (Some(at_ms), Some(loader_s), Some((cycle, _))) =
+                    (at_ms, loader_s, log.open_cycle)
+                {
+                    if !values.is_empty() {
+                        log.counters.push(Counters {
+                            cycle,
+                            at_ms,
+                            loader_s,
+                            values,
+                        });
+                    }
+                }
+            }
             Some("end") => log.ended = true,
             _ => {}
         }
@@ -274,6 +315,8 @@ mod tests {
                    @@soak loaded 0 enabled 1400\n\
                    @@soak usage 1450 5120 3\n\
                    @@soak usage 5350 5124 41\n\
+                   @@soak counters 5350    60.0s wake_prev=12 kicks=3 model_updates=60\n\
+                   @@soak counters 5360\n\
                    @@soak cycle 0 state=enabled exit=0 5400\n\
                    @@soak load 1 5900\n\
                    @@soak loaded 1 enabled 6100\n\
@@ -296,6 +339,10 @@ mod tests {
         assert_eq!(log.work[1].failed, 1);
         assert_eq!(log.loader_said.len(), 1);
         assert_eq!(log.usage[1].cpu_ticks, 41);
+        // A counter line is read; an empty one (no line printed yet) is not.
+        assert_eq!(log.counters.len(), 1);
+        assert_eq!(log.counters[0].loader_s, 60.0);
+        assert_eq!(log.counters[0].values["kicks"], 3);
         assert!(!is_complaint(&log.dmesg[0]));
         assert!(is_complaint(
             "[ 9.0] sched_ext: BPF scheduler \"vsched\" disabled (runtime error)"
@@ -324,6 +371,7 @@ mod tests {
         // A long hold reports the loader's footprint every minute.
         let long = guest_script(&Loader::Command("x".into()), 1, 150.0);
         assert_eq!(long.matches("@@soak usage").count(), 4);
+        assert_eq!(long.matches("@@soak counters").count(), 4);
         assert!(long.contains("sleep 60\n") && long.contains("sleep 30\n"));
         let control = guest_script(&Loader::None, 2, 2.0);
         assert!(!control.contains("kill -INT"));
