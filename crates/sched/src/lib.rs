@@ -21,6 +21,7 @@ pub mod model;
 pub mod preflight;
 pub mod session;
 pub mod stats;
+pub mod stats_table;
 
 mod bpf_intf;
 mod bpf_skel;

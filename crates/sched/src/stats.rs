@@ -1,165 +1,37 @@
-//! The BPF side's counters, declared once as data: their index in the
-//! per-CPU `stats` map (intf.h's `vs_stat`), a name for JSON and a line of
-//! explanation for people.
+//! The BPF side's counters, declared once as data (stats_table.rs, from
+//! which build.rs also writes the C enum): their index in the per-CPU
+//! `stats` map, a name for JSON and a line of explanation for people.
 
 use crate::bpf_intf as s;
+use crate::stats_table::STAT_TABLE;
 use serde::Serialize;
 
 /// One counter: where it lives and what it means.
+#[derive(Debug, Clone, Copy)]
 pub struct StatDef {
     pub index: u32,
     pub name: &'static str,
     pub help: &'static str,
 }
 
-/// Every counter, in the order they are shown.
-pub const STATS: &[StatDef] = &[
-    StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_PREV,
-        name: "wake_prev",
-        help: "wake-ups placed on their previous vCPU, idle",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_BEST,
-        name: "wake_best",
-        help: "wake-ups placed on the strongest idle visible vCPU",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_PREV_OVER_STRONGER,
-        name: "wake_prev_over_stronger",
-        help: "of wake_prev: a stronger vCPU was idle but not by enough to move",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_WAKE_SYNC,
-        name: "wake_sync",
-        help: "synchronous wake-ups placed on the waker's vCPU (it is about to wait)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_MOVED_STRONGER,
-        name: "moved_stronger",
-        help: "slice-end moves to a clearly stronger idle vCPU (or off a hidden one)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_KEPT_RUNNING,
-        name: "kept_running",
-        help: "slice ends where no waiting task was owed the vCPU: the task stays",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_SLICE_RENEWED,
-        name: "slice_renewed",
-        help: "slices renewed at the tick instead of ending (no normal task waited, SCHED_IDLE work that does not starve aside, and no visible vCPU the task may use was idle): it runs on without being queued again",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_QUEUED_NORMAL,
-        name: "queued_normal",
-        help: "normal tasks queued (no visible vCPU idle at once)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_MIGRATED,
-        name: "migrated",
-        help: "normal tasks that started running on another vCPU than last time",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_QUEUED_IDLE,
-        name: "queued_idle",
-        help: "SCHED_IDLE tasks queued",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_PINNED,
-        name: "pinned",
-        help: "tasks bound to one vCPU, run there directly",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_KICKS,
-        name: "kicks",
-        help: "idle vCPUs woken for a queued task",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_HIDDEN_SKIPS,
-        name: "hidden_skips",
-        help: "times a vCPU hidden by RWC left normal tasks waiting",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_PREEMPTED_IDLE_POLICY,
-        name: "preempted_idle_policy",
-        help: "queued normal tasks (waking, or left waiting at a slice end) that pre-empted a vCPU running only SCHED_IDLE work",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BVS_IDLE,
-        name: "bvs_idle",
-        help: "BVS: latency-sensitive wake-ups placed on an idle low-latency vCPU",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BVS_IDLE_POLICY,
-        name: "bvs_idle_policy",
-        help: "BVS: ... on a vCPU running only SCHED_IDLE work (pre-empted)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BVS_BEHIND_SHORT,
-        name: "bvs_behind_short",
-        help: "BVS: ... queued behind a short latency-sensitive task on a low-latency vCPU",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BVS_NONE,
-        name: "bvs_none",
-        help: "BVS: latency-sensitive wake-ups no low-latency vCPU could take",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BVS_BEHIND_DECLINED,
-        name: "bvs_behind_declined",
-        help: "BVS: waits behind a short task declined (another vCPU idle, the short task not the waker); placed the usual way",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_ATTEMPTED,
-        name: "ivh_attempted",
-        help: "IVH: moves started (at a heartbeat off a vCPU about to be switched off, or at the tick to a rested vCPU)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_DONE,
-        name: "ivh_done",
-        help: "IVH: tasks moved to another vCPU (that had answered, or had rested)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_ABANDONED_TARGET,
-        name: "ivh_abandoned_target",
-        help: "IVH: abandoned, the target answered too late (was switched off)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_ABANDONED_SOURCE,
-        name: "ivh_abandoned_source",
-        help: "IVH: abandoned, the source was switched off before letting go",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_RESTED,
-        name: "ivh_rested",
-        help: "IVH: moves started at once at a heartbeat, the target having rested a whole rhythm",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_AT_TICK,
-        name: "ivh_at_tick",
-        help: "IVH: moves started at the tick, the target having rested one of the source's rhythms by the model",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_OVER_IDLE_POLICY,
-        name: "ivh_over_idle_policy",
-        help: "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work at the move (pre-empted): a target taken for lack of an idle one, or an idle one that took up the probers' work while answering",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IVH_NO_SPARE,
-        name: "ivh_no_spare",
-        help: "IVH: decisions (a heartbeat predicting a switch-off, or a tick on a vCPU losing time) that sought no move, every visible vCPU having a normal task of its own (running or queued); a rate, not a count of tasks",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_BEAT_GAPS,
-        name: "beat_gaps",
-        help: "inactive episodes the scheduler's heartbeat saw (all vCPUs)",
-    },
-    StatDef {
-        index: s::vs_stat_VS_STAT_IDLE_STARVED,
-        name: "idle_starved",
-        help: "SCHED_IDLE tasks run ahead of normal work after waiting 1 s (starvation guard)",
-    },
-];
+/// Every counter, in the order they are shown (their index order).
+pub const STATS: &[StatDef] = &{
+    let mut defs = [StatDef {
+        index: 0,
+        name: "",
+        help: "",
+    }; STAT_TABLE.len()];
+    let mut i = 0;
+    while i < defs.len() {
+        defs[i] = StatDef {
+            index: i as u32,
+            name: STAT_TABLE[i].0,
+            help: STAT_TABLE[i].1,
+        };
+        i += 1;
+    }
+    defs
+};
 
 /// The counters as the Markdown table docs/sched.md shows ("The
 /// counters"), a test keeps the two the same.

@@ -11,7 +11,10 @@ fn policy_decisions_hold_on_the_host() {
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Werror", "-O1", "-o"])
+        .args(["-std=c11", "-Wall", "-Werror", "-O1"])
+        // intf.h includes the counters' enum build.rs generates.
+        .arg(format!("-I{}", env!("VSCHED_BPF_GEN_DIR")))
+        .arg("-o")
         .arg(&exe)
         .arg(dir.join("tests/c/policy_test.c"))
         .status()

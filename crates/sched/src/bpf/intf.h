@@ -116,78 +116,11 @@ struct vcpu_live {
 	u64 idle_since_ns;
 };
 
-/* Counters the BPF side keeps per CPU; the loader sums them. */
-enum vs_stat {
-	/* Wake-ups placed straight onto an idle vCPU, by kind of choice. */
-	VS_STAT_WAKE_PREV,
-	VS_STAT_WAKE_BEST,
-	/* Wake-ups that kept to prev although a stronger vCPU was idle. */
-	VS_STAT_WAKE_PREV_OVER_STRONGER,
-	/* Synchronous wake-ups placed on the waker's vCPU. */
-	VS_STAT_WAKE_SYNC,
-	/* Tasks moved at the end of a slice to a clearly stronger idle vCPU
-	 * (or off a vCPU RWC hides). */
-	VS_STAT_MOVED_STRONGER,
-	/* Tasks whose slice ended and that no waiting task was owed: kept on their vCPU. */
-	VS_STAT_KEPT_RUNNING,
-	/* Slices renewed at the tick instead of ending: no normal task
-	 * waited (SCHED_IDLE work that does not starve does not count) and
-	 * no visible vCPU the task may use was idle, so the end would have
-	 * kept it. */
-	VS_STAT_SLICE_RENEWED,
-	/* Tasks queued because no visible vCPU was idle. */
-	VS_STAT_QUEUED_NORMAL,
-	/* Normal tasks that started running on another vCPU than last time
-	 * (not counted by the FIFO reference scheduler). */
-	VS_STAT_MIGRATED,
-	VS_STAT_QUEUED_IDLE,
-	/* Tasks bound to one vCPU, dispatched to it directly. */
-	VS_STAT_PINNED,
-	/* Idle vCPUs woken for a queued task. */
-	VS_STAT_KICKS,
-	/* Dispatches on a hidden vCPU that left normal tasks waiting. */
-	VS_STAT_HIDDEN_SKIPS,
-	/* A queued normal task (waking, or left waiting at a slice end)
-	 * found no idle vCPU and pre-empted a vCPU running only SCHED_IDLE
-	 * work (as the kernel's default would). */
-	VS_STAT_PREEMPTED_IDLE_POLICY,
-	/* BVS: latency-sensitive wake-ups placed on a low-latency vCPU that
-	 * was idle; on a vCPU that ran only SCHED_IDLE work (pre-empted);
-	 * behind a short task on a low-latency vCPU; or none found. */
-	VS_STAT_BVS_IDLE,
-	VS_STAT_BVS_IDLE_POLICY,
-	VS_STAT_BVS_BEHIND_SHORT,
-	VS_STAT_BVS_NONE,
-	/* BVS: waits behind a short task declined because another vCPU was
-	 * idle and the short task was not the waker (policy.h
-	 * vs_bvs_keep_behind_short); the wake-up goes the usual way. */
-	VS_STAT_BVS_BEHIND_DECLINED,
-	/* IVH: migrations started, done, abandoned because the target
-	 * answered too late (dropped unanswered) or because the source was
-	 * switched off before it could let go. */
-	VS_STAT_IVH_ATTEMPTED,
-	VS_STAT_IVH_DONE,
-	VS_STAT_IVH_ABANDONED_TARGET,
-	VS_STAT_IVH_ABANDONED_SOURCE,
-	/* IVH: moves started without the pre-wake, the target having rested
-	 * a whole rhythm (activity-aware IVH only; part of ATTEMPTED). */
-	VS_STAT_IVH_RESTED,
-	/* IVH: moves started at the tick to a vCPU that rested one of the
-	 * source's rhythms by the model (part of ATTEMPTED). */
-	VS_STAT_IVH_AT_TICK,
-	/* IVH: moves done onto a vCPU that ran only SCHED_IDLE work, such as
-	 * the probers' light windows (part of DONE). */
-	VS_STAT_IVH_OVER_IDLE_POLICY,
-	/* IVH: decisions (a heartbeat that predicted a switch-off, or a tick
-	 * on a vCPU losing time) that found every visible vCPU taken by a
-	 * normal task (policy.h vs_ivh_vcpu_to_spare): no move sought. */
-	VS_STAT_IVH_NO_SPARE,
-	/* Inactive episodes the heartbeat saw (all vCPUs). */
-	VS_STAT_BEAT_GAPS,
-	/* SCHED_IDLE tasks run ahead of waiting normal work because they had
-	 * waited VS_IDLE_MAX_WAIT_NS (the starvation guard). */
-	VS_STAT_IDLE_STARVED,
-	VS_NR_STATS,
-};
+/*
+ * Counters the BPF side keeps per CPU (the loader sums them): enum
+ * vs_stat, VS_STAT_<NAME> for each row of src/stats_table.rs and
+ * VS_NR_STATS, written by build.rs into the build's output directory.
+ */
+#include "vs_stats.h"
 
 #endif /* VSCHED_INTF_H */

@@ -1,0 +1,126 @@
+// The BPF side's counters: one row each, (name, what it counts), in the
+// order of their index in the per-CPU `stats` map. The one place a counter
+// is declared: build.rs includes this file to write the C enum the BPF
+// side counts with (`VS_STAT_<NAME>`, vs_stats.h), stats.rs shows it, and
+// a test keeps docs/sched.md's table its copy. Plain data, no `use`:
+// build.rs compiles it too.
+
+/// Every counter, (name, what it counts), in index order.
+pub const STAT_TABLE: &[(&str, &str)] = &[
+    (
+        "wake_prev",
+        "wake-ups placed on their previous vCPU, idle",
+    ),
+    (
+        "wake_best",
+        "wake-ups placed on the strongest idle visible vCPU",
+    ),
+    (
+        "wake_prev_over_stronger",
+        "of wake_prev: a stronger vCPU was idle but not by enough to move",
+    ),
+    (
+        "wake_sync",
+        "synchronous wake-ups placed on the waker's vCPU (it is about to wait)",
+    ),
+    (
+        "moved_stronger",
+        "slice-end moves to a clearly stronger idle vCPU (or off a hidden one)",
+    ),
+    (
+        "kept_running",
+        "slice ends where no waiting task was owed the vCPU: the task stays",
+    ),
+    (
+        "slice_renewed",
+        "slices renewed at the tick instead of ending (no normal task waited, SCHED_IDLE work that does not starve aside, and no visible vCPU the task may use was idle): it runs on without being queued again",
+    ),
+    (
+        "queued_normal",
+        "normal tasks queued (no visible vCPU idle at once)",
+    ),
+    (
+        "migrated",
+        "normal tasks that started running on another vCPU than last time",
+    ),
+    (
+        "queued_idle",
+        "SCHED_IDLE tasks queued",
+    ),
+    (
+        "pinned",
+        "tasks bound to one vCPU, run there directly",
+    ),
+    (
+        "kicks",
+        "idle vCPUs woken for a queued task",
+    ),
+    (
+        "hidden_skips",
+        "times a vCPU hidden by RWC left normal tasks waiting",
+    ),
+    (
+        "preempted_idle_policy",
+        "queued normal tasks (waking, or left waiting at a slice end) that pre-empted a vCPU running only SCHED_IDLE work",
+    ),
+    (
+        "bvs_idle",
+        "BVS: latency-sensitive wake-ups placed on an idle low-latency vCPU",
+    ),
+    (
+        "bvs_idle_policy",
+        "BVS: ... on a vCPU running only SCHED_IDLE work (pre-empted)",
+    ),
+    (
+        "bvs_behind_short",
+        "BVS: ... queued behind a short latency-sensitive task on a low-latency vCPU",
+    ),
+    (
+        "bvs_none",
+        "BVS: latency-sensitive wake-ups no low-latency vCPU could take",
+    ),
+    (
+        "bvs_behind_declined",
+        "BVS: waits behind a short task declined (another vCPU idle, the short task not the waker); placed the usual way",
+    ),
+    (
+        "ivh_attempted",
+        "IVH: moves started (at a heartbeat off a vCPU about to be switched off, or at the tick to a rested vCPU)",
+    ),
+    (
+        "ivh_done",
+        "IVH: tasks moved to another vCPU (that had answered, or had rested)",
+    ),
+    (
+        "ivh_abandoned_target",
+        "IVH: abandoned, the target answered too late (was switched off)",
+    ),
+    (
+        "ivh_abandoned_source",
+        "IVH: abandoned, the source was switched off before letting go",
+    ),
+    (
+        "ivh_rested",
+        "IVH: moves started at once at a heartbeat, the target having rested a whole rhythm",
+    ),
+    (
+        "ivh_at_tick",
+        "IVH: moves started at the tick, the target having rested one of the source's rhythms by the model",
+    ),
+    (
+        "ivh_over_idle_policy",
+        "IVH: of ivh_done, onto a vCPU running only SCHED_IDLE work at the move (pre-empted): a target taken for lack of an idle one, or an idle one that took up the probers' work while answering",
+    ),
+    (
+        "ivh_no_spare",
+        "IVH: decisions (a heartbeat predicting a switch-off, or a tick on a vCPU losing time) that sought no move, every visible vCPU having a normal task of its own (running or queued); a rate, not a count of tasks",
+    ),
+    (
+        "beat_gaps",
+        "inactive episodes the scheduler's heartbeat saw (all vCPUs)",
+    ),
+    (
+        "idle_starved",
+        "SCHED_IDLE tasks run ahead of normal work after waiting 1 s (starvation guard)",
+    ),
+];
