@@ -31,21 +31,11 @@ scheduler by itself: nothing is left to restore. See docs/sched.md.
 Exit status: the program's own with `-- PROGRAM`; otherwise 0, 1 if the
 kernel ejected the scheduler (its reason is printed), 2 if it could not load.")]
 pub struct SchedArgs {
-    /// Keep using stragglers and stacked vCPUs for normal tasks (RWC off)
-    #[arg(long)]
-    no_rwc: bool,
-
-    /// Ignore measured capacity when choosing among idle vCPUs
-    #[arg(long)]
-    no_capacity: bool,
-
-    /// Do not place latency-sensitive tasks by vCPU latency and state (BVS off)
-    #[arg(long)]
-    no_bvs: bool,
-
-    /// Do not move CPU-bound tasks off vCPUs about to be switched off (IVH off)
-    #[arg(long)]
-    no_ivh: bool,
+    /// What the scheduler is loaded with (vsched_sched::Tunables: the
+    /// flags --no-rwc, --no-capacity, --no-bvs, --no-ivh, --heartbeat,
+    /// --slice and the benchmark's hidden ablations).
+    #[command(flatten)]
+    loaded: Tunables,
 
     /// Do not run the probers: every vCPU counts as equal (the base policy alone)
     #[arg(long)]
@@ -57,42 +47,6 @@ pub struct SchedArgs {
     /// their recent wake-ups ran 0.5 ms or less (once 8 were seen).
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
     latency_sensitive: Vec<String>,
-
-    /// Heartbeat period on busy vCPUs that the probe saw lose more than 5%
-    /// of their time: two missed beats are an inactive episode (IVH's
-    /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
-    /// more timer interrupts.
-    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_beat)]
-    heartbeat: Duration,
-
-    /// Ablation: BVS pre-empts SCHED_IDLE work on any low-latency vCPU,
-    /// active or not (the paper's "no state check")
-    #[arg(long, hide = true)]
-    bvs_no_state_check: bool,
-
-    /// Ablation: IVH moves a task at once, without pre-waking its target
-    /// (the paper's activity-unaware migration)
-    #[arg(long, hide = true)]
-    ivh_unaware: bool,
-
-    /// Ablation: IVH moves a task only when the heartbeat predicts its
-    /// vCPU's switch-off, never at the tick to a rested idle vCPU (IVH as
-    /// it was before the tick rule; docs/sched.md)
-    #[arg(long, hide = true)]
-    ivh_beats_only: bool,
-
-    /// Tests: make the BPF side fail with a runtime error this long after
-    /// loading (the kernel ejects it; shows that nothing is lost)
-    #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
-    inject_error_after: Option<Duration>,
-
-    /// Benchmark reference: a minimal FIFO sched_ext scheduler instead of vsched's policy
-    #[arg(long, hide = true)]
-    reference_fifo: bool,
-
-    /// Time slice of a task while others wait (ended at the guest's next tick)
-    #[arg(long, value_name = "DURATION", default_value = "3ms", value_parser = parse_duration)]
-    slice: Duration,
 
     /// How often the probers update the model
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
@@ -167,21 +121,7 @@ struct TunablesJson {
 
 /// The scheduler's tunables as the flags set them.
 fn tunables(args: &SchedArgs) -> Tunables {
-    Tunables {
-        slice_ns: nanos(args.slice),
-        rwc: !args.no_rwc,
-        capacity: !args.no_capacity,
-        reference_fifo: args.reference_fifo,
-        bvs: !args.no_bvs,
-        bvs_state_check: !args.bvs_no_state_check,
-        ivh: !args.no_ivh,
-        ivh_activity_aware: !args.ivh_unaware,
-        // The activity-unaware ablation is the heartbeat's moves without
-        // the pre-wake; the tick rule's rested check is activity-aware.
-        ivh_at_tick: !args.ivh_beats_only && !args.ivh_unaware,
-        beat_ns: nanos(args.heartbeat),
-        inject_error_after_ns: args.inject_error_after.map_or(0, |d| nanos(d).max(1)),
-    }
+    args.loaded.resolved()
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -501,16 +441,6 @@ fn parse_comm(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The heartbeat period: 100 µs (a timer interrupt costs a few µs, under
-/// emulation tens) to 10 ms (beyond, only episodes longer than 20 ms show).
-fn parse_beat(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < Duration::from_micros(100) || d > Duration::from_millis(10) {
-        return Err(format!("{s}: the heartbeat must be between 100us and 10ms"));
-    }
-    Ok(d)
-}
-
 /// At least 10 ms: a shorter window holds less than one off period of a
 /// vCPU capped on a 10 ms period or a few host scheduler slices, so it
 /// cannot tell the vCPU's share.
@@ -658,12 +588,5 @@ mod tests {
                 panic!("`vsched sched {flags}`: {e}");
             }
         }
-    }
-
-    #[test]
-    fn the_heartbeat_is_bounded() {
-        assert_eq!(parse_beat("500us").unwrap(), Duration::from_micros(500));
-        assert!(parse_beat("50us").is_err());
-        assert!(parse_beat("20ms").is_err());
     }
 }

@@ -10,6 +10,8 @@
 //! * [`preflight`]: can this kernel and user load a scheduler at all?
 //! * [`model`]: a probe report turned into the per-vCPU entries the BPF side
 //!   reads (capacity, and what RWC hides).
+//! * [`tunables`]: the knobs fixed at load time, each a flag of `vsched
+//!   sched` declared here.
 //! * [`loader`]: open, load, attach, update, detach.
 //! * [`session`]: a scheduler kept loaded: fed every probe report, loaded
 //!   again after the kernel's hot-plug ejections, counters over every load.
@@ -22,12 +24,14 @@ pub mod preflight;
 pub mod session;
 pub mod stats;
 pub mod stats_table;
+pub mod tunables;
 
 mod bpf_intf;
 mod bpf_skel;
 
 pub use error::SchedError;
-pub use loader::{ExitInfo, Scheduler, Tunables, MAX_HOTPLUG_RELOADS};
+pub use loader::{ExitInfo, Scheduler, MAX_HOTPLUG_RELOADS};
 pub use model::{VcpuModel, Visibility};
 pub use session::{Ending, Event, Session};
 pub use stats::Stats;
+pub use tunables::Tunables;

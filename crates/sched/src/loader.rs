@@ -10,6 +10,7 @@ use crate::bpf_skel::{BpfSkel, BpfSkelBuilder, OpenBpfSkel};
 use crate::error::SchedError;
 use crate::model::VcpuModel;
 use crate::stats::{Stats, NR_STATS};
+use crate::tunables::Tunables;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use std::collections::VecDeque;
@@ -22,78 +23,8 @@ pub use libbpf_rs::OpenObject as BpfObject;
 /// vCPUs the BPF side handles (intf.h's VS_MAX_CPUS).
 pub const MAX_CPUS: usize = crate::bpf_intf::vs_consts_VS_MAX_CPUS as usize;
 
-/// The knobs fixed at load time (BPF read-only data), as `vsched sched
-/// --stats-json` reports them.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Tunables {
-    /// Time slice of a task when others wait.
-    pub slice_ns: u64,
-    /// RWC: keep normal tasks off stragglers and stacked vCPUs.
-    pub rwc: bool,
-    /// Place by measured capacity.
-    pub capacity: bool,
-    /// The benchmark's minimal FIFO reference instead of vsched's policy
-    /// (see `reference_fifo` in main.bpf.c).
-    pub reference_fifo: bool,
-    /// BVS: latency-sensitive tasks onto low-latency, active vCPUs.
-    pub bvs: bool,
-    /// BVS checks a vCPU's state (active, recently) before pre-empting
-    /// its SCHED_IDLE work (off: the paper's "no state check" ablation).
-    pub bvs_state_check: bool,
-    /// IVH: CPU-bound tasks off vCPUs about to be switched off.
-    pub ivh: bool,
-    /// IVH pre-wakes its target and moves only on its answer (off: the
-    /// paper's activity-unaware ablation).
-    pub ivh_activity_aware: bool,
-    /// IVH also moves a task at the kernel's tick to an idle vCPU that has
-    /// rested one of the source's rhythms (by the model), heartbeat or not
-    /// (off: only the heartbeat's predicted switch-off moves tasks).
-    pub ivh_at_tick: bool,
-    /// Heartbeat period on busy vCPUs that lose time.
-    #[serde(rename = "heartbeat_ns")]
-    pub beat_ns: u64,
-    /// Tests only: a BPF runtime error this long after loading (0: never).
-    #[serde(skip)]
-    pub inject_error_after_ns: u64,
-}
-
-impl Default for Tunables {
-    fn default() -> Self {
-        Tunables {
-            slice_ns: DEFAULT_SLICE_NS,
-            rwc: true,
-            capacity: true,
-            reference_fifo: false,
-            bvs: true,
-            bvs_state_check: true,
-            ivh: true,
-            ivh_activity_aware: true,
-            ivh_at_tick: true,
-            beat_ns: DEFAULT_BEAT_NS,
-            inject_error_after_ns: 0,
-        }
-    }
-}
-
-/// 1 ms, the paper's tick-based granularity (HZ=1000): the heartbeat must
-/// split a vCPU's active stretches from its inactive episodes, and an
-/// episode is a gap of two periods (2 ms), about the shortest worth
-/// steering around (the lab's high-latency vCPUs: 3 ms; the paper's
-/// 2x-latency VMs). Each beat is a timer interrupt, armed only on vCPUs
-/// the probe saw lose more than 5%. Measured against 0.5 ms, 5 rounds
-/// side by side (2026-11-26, recorded in e67d5c1): IVH at 1 thread 1.45x vs 1.37x the
-/// default, at 4 threads 0.94x vs 0.83x; BVS p95 no worse (1.46x vs
-/// 1.41x; beside best-effort work 2.40x vs 1.46x); 2 ms lost at 1 thread
-/// (1.23x): its four-beat margin is most of a 5 ms stretch.
-pub const DEFAULT_BEAT_NS: u64 = 1_000_000;
-
 /// Command names `--latency-sensitive` may declare (the BPF hash map's size).
 pub const MAX_LATENCY_COMMS: usize = 64;
-
-/// 3 ms: below the 4 ms tick of a HZ=250 guest kernel, where sched_ext
-/// ends slices, so a waiting task is served at the next tick; the kernel's
-/// default scheduler gives a few ms too (base slice 0.75-3 ms by CPU count).
-pub const DEFAULT_SLICE_NS: u64 = 3_000_000;
 
 /// Reloads after hotplug ejections in one run of a loader. A resize takes
 /// vCPUs offline or online one at a time, each an ejection; 64 covers

@@ -5,9 +5,10 @@
 //! differ only in what they do with the events.
 
 use crate::error::SchedError;
-use crate::loader::{ExitInfo, Scheduler, Tunables, MAX_HOTPLUG_RELOADS};
+use crate::loader::{ExitInfo, Scheduler, MAX_HOTPLUG_RELOADS};
 use crate::model::{self, VcpuModel};
 use crate::stats::Stats;
+use crate::tunables::Tunables;
 use libbpf_rs::OpenObject;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
