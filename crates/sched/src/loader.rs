@@ -178,18 +178,8 @@ impl<'obj> Scheduler<'obj> {
                 .rodata_data
                 .as_deref_mut()
                 .expect("the BPF object has read-only data (its tunables)");
-            rodata.slice_ns = tunables.slice_ns;
+            tunables.write_to(rodata);
             rodata.nr_cpus = nr_cpus as u32;
-            rodata.rwc_enabled = tunables.rwc;
-            rodata.capacity_enabled = tunables.capacity;
-            rodata.reference_fifo = tunables.reference_fifo;
-            rodata.bvs_enabled = tunables.bvs;
-            rodata.bvs_state_check = tunables.bvs_state_check;
-            rodata.ivh_enabled = tunables.ivh;
-            rodata.ivh_activity_aware = tunables.ivh_activity_aware;
-            rodata.ivh_at_tick = tunables.ivh_at_tick;
-            rodata.beat_ns = tunables.beat_ns;
-            rodata.inject_error_after_ns = tunables.inject_error_after_ns;
             rodata.nr_latency_comms = latency_comms.len() as u32;
         }
         // sched_ext ejects a scheduler loaded against a CPU set that changed

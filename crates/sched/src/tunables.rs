@@ -1,7 +1,8 @@
 //! The knobs fixed when the scheduler loads (the BPF side's read-only
 //! data). Each is a flag of `vsched sched` (this struct is flattened into
-//! its arguments: the help is the explanation), a field the loader writes,
-//! and a field of the summary's JSON: declared once, here.
+//! its arguments: the help is the explanation), a variable written into
+//! the BPF object before the load (`write_to`), and a field of the
+//! summary's JSON: declared once, here.
 
 use std::time::Duration;
 
@@ -82,6 +83,22 @@ pub struct Tunables {
 }
 
 impl Tunables {
+    /// Sets the BPF side's read-only variables (main.bpf.c's parts' `const
+    /// volatile` tunables) before the load.
+    pub(crate) fn write_to(&self, rodata: &mut crate::bpf_skel::types::rodata) {
+        rodata.slice_ns = self.slice_ns;
+        rodata.rwc_enabled = self.rwc;
+        rodata.capacity_enabled = self.capacity;
+        rodata.reference_fifo = self.reference_fifo;
+        rodata.bvs_enabled = self.bvs;
+        rodata.bvs_state_check = self.bvs_state_check;
+        rodata.ivh_enabled = self.ivh;
+        rodata.ivh_activity_aware = self.ivh_activity_aware;
+        rodata.ivh_at_tick = self.ivh_at_tick;
+        rodata.beat_ns = self.beat_ns;
+        rodata.inject_error_after_ns = self.inject_error_after_ns;
+    }
+
     /// The tunables as loaded: the activity-unaware ablation is the
     /// heartbeat's moves without the pre-wake, so it switches the tick rule
     /// off too (its rested check is activity-aware).
