@@ -592,12 +592,14 @@ fn bvs_effect_shown(low: &[bool], share: f64, control: f64) -> bool {
 #[test]
 fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     let _guard = common::serial();
-    let run = bvs_run;
     let guest = layout_with_schedbench("sched/bench-bvs");
     for attempt in 1..=BVS_ATTEMPTS {
         let out = run_in_guest(
             &guest,
-            &[&run("", "with-bvs"), &run("--no-bvs", "without-bvs")],
+            &[
+                &bvs_run("", "with-bvs"),
+                &bvs_run("--no-bvs", "without-bvs"),
+            ],
         );
         let (_, with) = &out[0];
         let (_, without) = &out[1];
