@@ -678,10 +678,7 @@ fn bvs_test_procedure_fails_with_bvs_off() {
     }
 }
 
-/// Guests the IVH contrast is judged over (the best one counts). The
-/// control's spread depends on how many heavy probe windows fall inside
-/// its one-second thread: seen 60-70% on its main vCPU here, but once
-/// 35% in CI ([9, 27, 36, 38]) against 26% with IVH.
+/// Guests the IVH contrast is judged over (the best one counts).
 const IVH_ATTEMPTS: usize = 2;
 
 /// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
@@ -699,8 +696,8 @@ const IVH_ATTEMPTS: usize = 2;
 /// two keep a short thread: over seconds the control thread, pre-empted
 /// by the probers, spreads too much for the contrast). RWC is off in all
 /// three runs, as in the benchmark: two capped vCPUs on one host CPU look
-/// stacked (docs/sched.md). The spread's contrast is judged by the best
-/// of IVH_ATTEMPTS guests, every miss noted.
+/// stacked (docs/sched.md). The effect (`ivh_effect_shown`) is judged by
+/// the best of IVH_ATTEMPTS guests, every miss noted.
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
@@ -719,26 +716,20 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
             ],
         );
         let out = &out[1..];
-        let (share, control_share) = check_ivh_attempt(out);
-        // Visible with --nocapture: the contrast this guest showed.
-        println!(
-            "ivh attempt {attempt}: busiest vCPU {:.0}% with IVH, {:.0}% without",
-            share * 100.0,
-            control_share * 100.0
-        );
-        if ivh_effect_shown(share, control_share) {
-            return;
-        }
+        check_ivh_attempt(out);
         let (_, with) = &out[0];
         let (_, without) = &out[1];
-        let miss = format!(
-            "attempt {attempt} of {IVH_ATTEMPTS}: busiest vCPU {:.0}% of the thread's time \
-             with IVH ({:?}) against {:.0}% without ({:?})",
-            share * 100.0,
-            nice_ticks(with, "with-ivh"),
-            control_share * 100.0,
-            nice_ticks(without, "without-ivh"),
+        let (with_ivh, without_ivh) = (
+            ThreadRun::parse(with, "with-ivh"),
+            ThreadRun::parse(without, "without-ivh"),
         );
+        // Visible with --nocapture: the contrast this guest showed.
+        let contrast = format!("{with_ivh} with IVH, {without_ivh} without");
+        println!("ivh attempt {attempt}: {contrast}");
+        if ivh_effect_shown(&with_ivh, &without_ivh) {
+            return;
+        }
+        let miss = format!("attempt {attempt} of {IVH_ATTEMPTS}: {contrast}");
         common::note("ivh_moves_a_cpu_bound_thread", &miss);
         assert!(
             attempt < IVH_ATTEMPTS,
@@ -769,10 +760,53 @@ fn ivh_calibration() -> String {
     )
 }
 
-/// The effect one guest must show: with IVH the thread's time is clearly
-/// more spread (its busiest vCPU's share IVH_MIN_SPREAD lower).
-fn ivh_effect_shown(share: f64, control_share: f64) -> bool {
-    share + IVH_MIN_SPREAD < control_share
+/// The niced CPU-bound thread of one `ivh_run`: how long it ran and how
+/// its time spread over the vCPUs.
+struct ThreadRun {
+    elapsed_s: f64,
+    /// The busiest vCPU's share of the thread's time (nice ticks).
+    busiest_share: f64,
+    ticks: Vec<i64>,
+}
+
+impl ThreadRun {
+    fn parse(text: &str, marker: &str) -> ThreadRun {
+        let ticks = nice_ticks(text, marker);
+        let total: i64 = ticks.iter().sum();
+        assert!(total > 50, "the thread ran (nice ticks {ticks:?}): {text}");
+        let after_marker = &text[text.find(marker).unwrap()..];
+        let elapsed_s = after_marker
+            .lines()
+            .find_map(|l| l.strip_prefix("elapsed_s "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{marker}: no elapsed_s line: {text}"));
+        ThreadRun {
+            elapsed_s,
+            busiest_share: *ticks.iter().max().unwrap() as f64 / total as f64,
+            ticks,
+        }
+    }
+}
+
+impl std::fmt::Display for ThreadRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2} s, busiest vCPU {:.0}% ({:?})",
+            self.elapsed_s,
+            self.busiest_share * 100.0,
+            self.ticks
+        )
+    }
+}
+
+/// The effect one guest must show: with IVH the thread escapes its
+/// vCPU's throttled periods, so it finishes clearly sooner than without
+/// (at most IVH_MAX_TIME_RATIO of that time) and its time is spread over
+/// at least three vCPUs (busiest share at most IVH_MAX_BUSIEST_SHARE).
+fn ivh_effect_shown(with_ivh: &ThreadRun, without_ivh: &ThreadRun) -> bool {
+    with_ivh.elapsed_s <= IVH_MAX_TIME_RATIO * without_ivh.elapsed_s
+        && with_ivh.busiest_share <= IVH_MAX_BUSIEST_SHARE
 }
 
 /// The control of the IVH test: its spread criterion, over IVH_ATTEMPTS
@@ -790,21 +824,14 @@ fn ivh_test_procedure_fails_with_ivh_off() {
                 &ivh_run("--no-ivh", "b", IVH_SHORT_THREAD_S),
             ],
         );
-        let share = |text: &str, marker: &str| {
-            let ticks = nice_ticks(text, marker);
-            let total: i64 = ticks.iter().sum();
-            assert!(total > 50, "the thread ran (nice ticks {ticks:?}): {text}");
-            *ticks.iter().max().unwrap() as f64 / total as f64
-        };
-        let (a, b) = (share(&out[1].1, "a"), share(&out[2].1, "b"));
-        println!(
-            "ivh control attempt {attempt}: busiest vCPU {:.0}% and {:.0}%, both without IVH",
-            a * 100.0,
-            b * 100.0
+        let (a, b) = (
+            ThreadRun::parse(&out[1].1, "a"),
+            ThreadRun::parse(&out[2].1, "b"),
         );
+        println!("ivh control attempt {attempt}: {a} and {b}, both without IVH");
         assert!(
-            !ivh_effect_shown(a, b),
-            "without IVH the test's criterion passed (attempt {attempt}: {a:.2} against {b:.2}): \
+            !ivh_effect_shown(&a, &b),
+            "without IVH the test's criterion passed (attempt {attempt}: {a} against {b}): \
              it does not discriminate\n{}\n{}",
             out[1].1,
             out[2].1
@@ -826,15 +853,21 @@ const IVH_SHORT_THREAD_S: f64 = 1.2;
 /// The beats-only thread's length: through at least two light windows.
 const IVH_LONG_THREAD_S: f64 = 3.6;
 
-/// How much smaller the busiest vCPU's share of the thread's time must be
-/// with IVH than without: with IVH it is near an even quarter (seen
-/// 24-30%), without it the thread mostly stays put (seen 60-70%).
-const IVH_MIN_SPREAD: f64 = 0.15;
+/// The longest the thread may take with IVH, as a share of its time
+/// without: four vCPUs capped at 50% leave a thread that stays put half
+/// of its vCPU, and IVH's moves to rested vCPUs ran it in 0.62-0.67 of
+/// the time without (7.2.13 and 7.3.4, QEMU 10); two runs without IVH
+/// in one guest differed by at most 4%.
+const IVH_MAX_TIME_RATIO: f64 = 0.85;
+/// The most of the thread's time its busiest vCPU may have with IVH:
+/// spread over four vCPUs it is near a quarter (seen 26-37%); without
+/// IVH the thread mostly stays on one or two (seen 38-99%), so this
+/// bound alone would not discriminate: the time ratio above does.
+const IVH_MAX_BUSIEST_SHARE: f64 = 0.45;
 
 /// What must hold in every IVH attempt (the counters' consistency, the
-/// tick's and the heartbeat's moves, nothing done without IVH); returns
-/// the busiest vCPU's share of the thread's time with IVH and without.
-fn check_ivh_attempt(out: &[(Option<i64>, String)]) -> (f64, f64) {
+/// tick's and the heartbeat's moves, nothing done without IVH).
+fn check_ivh_attempt(out: &[(Option<i64>, String)]) {
     let (_, with) = &out[0];
     let summary = summary_after(with, "with-ivh");
     assert_model_came(&summary, with);
@@ -879,19 +912,7 @@ fn check_ivh_attempt(out: &[(Option<i64>, String)]) -> (f64, f64) {
         counter(&beats, "ivh_over_idle_policy") >= 1,
         "light windows leave no vCPU idle: IVH moves onto one running the SCHED_IDLE prober: {beats:#}"
     );
-    let ticks = nice_ticks(with, "with-ivh");
-    let total: i64 = ticks.iter().sum();
-    assert!(total > 50, "the thread ran (nice ticks {ticks:?}): {with}");
-    let share = *ticks.iter().max().unwrap() as f64 / total as f64;
     let (_, without) = &out[1];
     let off = summary_after(without, "without-ivh");
     assert_eq!(counter(&off, "ivh_attempted"), 0, "{off:#}");
-    let control = nice_ticks(without, "without-ivh");
-    let control_total: i64 = control.iter().sum();
-    assert!(
-        control_total > 50,
-        "the thread ran (nice ticks {control:?}): {without}"
-    );
-    let control_share = *control.iter().max().unwrap() as f64 / control_total as f64;
-    (share, control_share)
 }
