@@ -70,7 +70,11 @@ pub fn run(cmd: BenchCommand) -> Result<bool> {
         }
         BenchCommand::Sync(args) => {
             args.check()?;
-            crate::bench_sync::run(args, &harness()?)
+            if args.guest {
+                crate::bench_sync::run_guest(args)
+            } else {
+                crate::bench_sync::run(args, &harness()?)
+            }
         }
         BenchCommand::Sched(args) => crate::bench_sched::run(args),
         BenchCommand::Soak(args) => crate::bench_soak::run(args),

@@ -2,11 +2,15 @@
 //! itself (the C program, calibration, medians, goals) is vsched-bench's
 //! `sync` module (crates/bench/src/sync).
 
+use anyhow::Context;
 use anyhow::{bail, Result};
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use vsched_bench::sync::guest::{self, GuestSyncBench, GuestSyncConfig};
 use vsched_bench::sync::{Case, SyncBench};
 use vsched_bench::Harness;
+use vsched_os::exec_env::library::{default_library, preloadable_library};
 
 /// A case as a command-line value: the names are vsched-bench's.
 #[derive(Copy, Clone, Debug)]
@@ -60,10 +64,24 @@ WHAT IT RUNS
   Needs a C compiler (apt-get install gcc) and the sync library next to the
   vsched binary (cargo build --release).
 
+IN A GUEST (--guest)
+  The same cases, with fixed op counts, in a lab guest of 2 free vCPUs with
+  a sched_ext kernel: under the kernel's default scheduler and under
+  `vsched sched`, each case at 2 and 8 threads, directly (glibc) and under
+  `vsched exec`. One guest per run (--runs), the schedulers' order rotated
+  and glibc and the runtime alternating. Columns: medians in ns per op for
+  each scheduler and runtime; together = the runtime under vsched's
+  scheduler over the runtime under the default one (goal: at most 1, the
+  two halves together never slower than the runtime alone); 4x/1x = the
+  runtime under vsched's scheduler at 8 threads over 2 (per unit of work).
+  Every run is in the JSON (\"runs\"). Needs what the lab needs (root,
+  QEMU 10 or newer, busybox-static) and a C compiler.
+
 EXAMPLES
   vsched bench sync                              every case, 3 runs, table
   vsched bench sync --only barrier --only cond-broadcast --runs 5
-  vsched bench sync --json > sync.json")]
+  vsched bench sync --json > sync.json
+  vsched bench sync --guest --kernel-version 7.2.13 --json > sync-guest.json")]
 pub struct SyncBenchArgs {
     /// Run only this case (repeatable)
     #[arg(long, value_enum)]
@@ -76,12 +94,33 @@ pub struct SyncBenchArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+
+    /// Run in a sched_ext lab guest, under the kernel's default scheduler
+    /// and under `vsched sched` (see IN A GUEST)
+    #[arg(long)]
+    pub guest: bool,
+
+    /// With --guest: the runtime library to carry into the guest (default:
+    /// libvsched_sync.so beside the vsched binary)
+    #[arg(long, value_name = "PATH")]
+    library: Option<PathBuf>,
+
+    /// With --guest: the guest's emulator and kernel
+    #[command(flatten)]
+    lab: crate::lab_args::GuestArgs,
 }
 
 impl SyncBenchArgs {
     pub fn check(&self) -> Result<()> {
         if self.runs == 0 {
             bail!("--runs must be at least 1");
+        }
+        let lab_flag = self.library.is_some()
+            || self.lab.kernel_version.is_some()
+            || self.lab.qemu.is_some()
+            || self.lab.allow_old_qemu;
+        if lab_flag && !self.guest {
+            bail!("--library, --kernel-version, --qemu and --allow-old-qemu need --guest");
         }
         Ok(())
     }
@@ -92,6 +131,80 @@ pub fn run(args: SyncBenchArgs, harness: &Harness) -> Result<bool> {
     let out = vsched_bench::sync::run(harness, &Case::selected(&only), args.runs)?;
     crate::render::json_or_table(args.json, &out, print_table)?;
     Ok(true)
+}
+
+/// `--guest`: the cases in lab guests, under both schedulers.
+pub fn run_guest(args: SyncBenchArgs) -> Result<bool> {
+    let only: Vec<Case> = args.only.iter().map(|c| c.0).collect();
+    let library = match &args.library {
+        Some(p) => p.clone(),
+        None => {
+            let exe = std::env::current_exe().context("locating the vsched binary")?;
+            default_library(exe.parent().context("the vsched binary has no directory")?)
+        }
+    };
+    let library = preloadable_library(&library)
+        .context("the runtime library for the guest (build it with `cargo build --release`, or pass --library)")?;
+    crate::signals::catch();
+    let opts = args.lab.lab_options(None)?;
+    let config = GuestSyncConfig {
+        library,
+        rounds: args.runs,
+        cases: Case::selected(&only),
+    };
+    let report = guest::run(&config, &opts, &crate::signals::STOP, |round, runs| {
+        eprintln!(
+            "  guest {} of {}: {} runs",
+            round + 1,
+            config.rounds,
+            runs.len()
+        );
+    })?;
+    crate::render::json_or_table(args.json, &report, print_guest_table)?;
+    Ok(report.problems.is_empty())
+}
+
+fn print_guest_table(b: &GuestSyncBench) {
+    println!(
+        "vsched bench sync --guest ({} vCPUs, {}, {}; ns per op, medians of {} guests)",
+        b.vcpus, b.kernel, b.accel, b.rounds
+    );
+    println!(
+        "\n  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} | {:>8} {:>6}",
+        "case",
+        "x",
+        "threads",
+        "dflt glibc",
+        "dflt vsched",
+        "sched glibc",
+        "sched vsched",
+        "together",
+        "4x/1x"
+    );
+    let ns = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+    let ratio = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    for r in &b.rows {
+        let vs_1x = if r.oversubscription == 1 {
+            String::new()
+        } else {
+            ratio(r.together_vs_1x)
+        };
+        println!(
+            "  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} | {:>8} {:>6}",
+            r.case.name(),
+            r.oversubscription,
+            r.threads,
+            ns(r.default_glibc_ns),
+            ns(r.default_vsched_ns),
+            ns(r.sched_glibc_ns),
+            ns(r.sched_vsched_ns),
+            ratio(r.together),
+            vs_1x,
+        );
+    }
+    for p in &b.problems {
+        println!("  ! {p}");
+    }
 }
 
 fn print_table(b: &SyncBench) {

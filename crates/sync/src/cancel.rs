@@ -107,7 +107,10 @@ impl Cancel {
                 )
             };
             self.sleepers.set(core::ptr::null());
-            crate::load::sleeping_end();
+            if rc != 0 || shared {
+                // Not counted by a waker: see load::woken.
+                crate::load::sleeping_end();
+            }
             if rc == 0 {
                 WaitResult::Woken
             } else {

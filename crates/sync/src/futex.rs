@@ -55,7 +55,10 @@ pub fn wait(
             BITSET_MATCH_ANY,
         )
     };
-    crate::load::sleeping_end();
+    if rc != 0 || shared {
+        // Not counted by a waker: see load::woken.
+        crate::load::sleeping_end();
+    }
     if rc == 0 {
         return WaitResult::Woken;
     }
@@ -90,11 +93,17 @@ pub fn result_of_errno(errno: i32) -> WaitResult {
 }
 
 /// Wakes up to `n` sleepers on `word`.
-pub fn wake(word: &AtomicU32, n: i32, shared: bool) {
+/// Wakes up to `n` sleepers on `word`. Those of a private word are the
+/// runtime's own waits (`wait`, `Cancel::futex_wait`): they are counted
+/// awake from here (load::woken), and do not count themselves again.
+/// Returns how many it woke.
+pub fn wake(word: &AtomicU32, n: i32, shared: bool) -> u32 {
     // SAFETY: plain futex wake on a valid address.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), op(FUTEX_WAKE, shared), n);
+    let woken = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op(FUTEX_WAKE, shared), n) };
+    if woken > 0 && !shared {
+        crate::load::woken(woken as u64);
     }
+    woken.max(0) as u32
 }
 
 pub fn yield_now() {

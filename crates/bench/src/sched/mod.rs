@@ -14,7 +14,7 @@
 
 mod plot;
 mod scenario;
-mod script;
+pub(crate) mod script;
 mod timeline;
 
 pub use plot::timeline_svg;
@@ -383,7 +383,7 @@ fn is_interval_key(k: &str) -> bool {
 }
 
 /// The host's online CPUs (the layouts pin vCPUs to them).
-fn host_cpus() -> Vec<u32> {
+pub(crate) fn host_cpus() -> Vec<u32> {
     vsched_os::affinity::thread_affinity(0)
         .unwrap_or_else(|_| (0..vsched_os::load::online_vcpus() as u32).collect())
 }

@@ -10,7 +10,7 @@ use super::scenario::{Oracle, Scenario, VariantKind};
 /// the first report's EMA has a second report to settle with.
 pub const SETTLE_S: u32 = 1;
 /// Where the guest's `vsched sched` says it is ready (`--ready-file`).
-const READY_FILE: &str = "/tmp/sched-ready.json";
+pub(crate) const READY_FILE: &str = "/tmp/sched-ready.json";
 /// Longest wait for the first model, in tenths of a second: the first
 /// probe step (light and heavy windows, a full topology probe of up to 4
 /// vCPUs) takes 1-3 s under TCG.
@@ -70,7 +70,7 @@ fn prelude(s: &Scenario) -> String {
     out
 }
 
-fn common_prelude() -> String {
+pub(crate) fn common_prelude() -> String {
     format!(
         "wait_state() {{ for i in $(seq {STATE_WAIT_TENTHS}); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; echo \"sched_ext did not become $1 within {} s (state: $(cat /sys/kernel/sched_ext/state))\"; return 1; }}\n\
          wait_ready() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do [ -s {READY_FILE} ] && return 0; sleep 0.1; done; echo 'vsched sched did not say it was ready (no model reached the scheduler)'; return 1; }}\n\

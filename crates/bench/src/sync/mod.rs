@@ -13,6 +13,7 @@
 mod calibrate;
 mod case;
 mod goals;
+pub mod guest;
 pub(crate) mod program;
 
 pub use calibrate::calibrate;

@@ -1,0 +1,413 @@
+//! `vsched bench sync-sched`: the sync cases in a 2-vCPU sched_ext lab
+//! guest, under the kernel's default scheduler and under `vsched sched`,
+//! each run directly (glibc) and under `vsched exec`. It answers whether
+//! vsched's two halves together are at least as fast as its runtime alone
+//! (`together` = runtime with the scheduler / runtime with the default
+//! scheduler, goal at most 1), at 1x and 4x as many threads as vCPUs.
+//!
+//! One guest per round. In each, both schedulers take their turn (the
+//! order rotated every round), and under each every case runs at 1x and
+//! 4x, glibc and the runtime alternating which goes first. The report
+//! (schema "vsched.bench-sync-sched/v1") keeps every run beside the
+//! medians.
+
+use super::program::{Sample, SOURCE};
+use super::Case;
+use crate::cprogram::CProgram;
+use crate::BenchError;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use vsched_lab::{LabError, LabOptions, Layout};
+use vsched_model::stats::median;
+
+/// Two free vCPUs, each alone on a host CPU: what the measured goals name
+/// ("8 threads on 2 vCPUs"), without the probers finding anything to
+/// hide, so that what differs is how the two halves work together.
+const LAYOUT: &str = "\
+description = \"sync cases under the default scheduler and under vsched sched\"\n\
+vcpus = 2\n\
+kernel = \"sched_ext\"\n\
+commands = []\n\
+[[vcpu]]\nid = 0\nhost_cpu = 0\n\
+[[vcpu]]\nid = 1\nhost_cpu = 1\n";
+
+/// The guest's vCPUs: 1x is 2 threads, 4x is 8.
+const GUEST_VCPUS: usize = 2;
+const FACTORS: [usize; 2] = [1, 4];
+
+/// Marker of a run's result line: "@@sync ROUND SCHEDULER RUNTIME CASE
+/// THREADS OPS", then the program's JSON line.
+const RUN: &str = "@@sync";
+/// Marker of a scheduler that did not get ready in a round.
+const UNREADY: &str = "@@unready";
+/// Marker of the guest kernel's release.
+const KERNEL: &str = "@@kernel";
+
+/// The schedulers compared, in the guest's terms.
+pub const SCHEDULERS: [&str; 2] = ["default", "vsched"];
+/// The runtimes compared: glibc directly, and `vsched exec`.
+pub const RUNTIMES: [&str; 2] = ["glibc", "vsched"];
+
+/// Operations per run of `case` at `threads`: sized for about 0.2-1 s per
+/// run in a TCG guest on this class of machine (2026-11-28, QEMU 10), with
+/// the slowest cell (the glibc spin ring at 4x, which spins away whole
+/// time slices: 20,000 hand-offs took 65 s) kept to a few seconds.
+pub fn ops(case: Case, threads: usize) -> u64 {
+    match case {
+        Case::Mutex => 100_000,
+        Case::Barrier => 5_000,
+        Case::CondBroadcast | Case::CondSignal => 10_000,
+        Case::Rwlock => 50_000,
+        Case::SpinRing if threads > GUEST_VCPUS => 500,
+        Case::SpinRing => 5_000,
+        Case::Spinlock => 100_000,
+    }
+}
+
+pub struct GuestSyncConfig {
+    /// The runtime library to carry into the guest.
+    pub library: PathBuf,
+    pub rounds: usize,
+    pub cases: Vec<Case>,
+}
+
+/// One run, as measured.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct GuestRun {
+    pub round: usize,
+    pub scheduler: String,
+    pub runtime: String,
+    pub case: String,
+    pub threads: usize,
+    pub ops: u64,
+    pub elapsed_s: f64,
+    pub ns_per_op: f64,
+    pub voluntary_ctxt_switches: u64,
+    pub involuntary_ctxt_switches: u64,
+    pub migrations: u64,
+}
+
+/// One case at one oversubscription: median ns per op of each pairing.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct GuestRow {
+    pub case: Case,
+    pub oversubscription: usize,
+    pub threads: usize,
+    pub default_glibc_ns: Option<f64>,
+    pub default_vsched_ns: Option<f64>,
+    pub sched_glibc_ns: Option<f64>,
+    pub sched_vsched_ns: Option<f64>,
+    /// The runtime under vsched's scheduler over the runtime under the
+    /// default scheduler (at most 1: together never slower than apart).
+    pub together: Option<f64>,
+    /// The runtime under vsched's scheduler, time per unit of work at
+    /// this oversubscription over its own at 1x (a barrier round is one
+    /// unit per thread).
+    pub together_vs_1x: Option<f64>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct GuestSyncBench {
+    pub schema: &'static str,
+    pub qemu: String,
+    pub accel: String,
+    pub kernel: String,
+    pub vcpus: usize,
+    pub rounds: usize,
+    pub rows: Vec<GuestRow>,
+    /// Cells not measured in a round, and why.
+    pub problems: Vec<String>,
+    pub runs: Vec<GuestRun>,
+}
+
+/// Runs `config.rounds` guests and summarises them.
+pub fn run(
+    config: &GuestSyncConfig,
+    opts: &LabOptions,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(usize, &[GuestRun]),
+) -> Result<GuestSyncBench, BenchError> {
+    let program = CProgram::compile(&SOURCE, "sync-sched")?;
+    let mut layout = Layout::parse(LAYOUT, &crate::sched::host_cpus())
+        .map_err(|e| BenchError::Lab(LabError::from(e)))?;
+    layout.extra_binaries.push(program.path().to_path_buf());
+    layout.extra_binaries.push(config.library.clone());
+    // Boot, two loads of the scheduler and every run, with room for a
+    // slow host (a run is sized for about 1 s; loading takes 2-10 s).
+    layout.run_timeout_s = 120.0 + (config.cases.len() * 16) as f64 * 5.0;
+    let qemu = vsched_lab::qemu::find(opts.qemu.as_deref(), opts.allow_old_qemu)
+        .map_err(BenchError::Lab)?;
+    let mut runs = Vec::new();
+    let mut problems = Vec::new();
+    let (mut accel, mut kernel) = (String::new(), String::new());
+    for round in 0..config.rounds {
+        let script = guest_script(&config.cases, round);
+        let ran = vsched_lab::run::run(&layout, &[script], opts, stop).map_err(|e| match e {
+            LabError::Interrupted => BenchError::Interrupted,
+            e => BenchError::Lab(e),
+        })?;
+        accel.clone_from(&ran.accel);
+        let output = ran
+            .commands
+            .first()
+            .map(|c| c.output.as_str())
+            .unwrap_or("");
+        if let Some(k) = output.lines().find_map(|l| l.strip_prefix(KERNEL)) {
+            kernel = k.trim().to_string();
+        }
+        let (got, missing) = parse(output, round, &config.cases);
+        progress(round, &got);
+        runs.extend(got);
+        problems.extend(missing);
+    }
+    Ok(GuestSyncBench {
+        schema: "vsched.bench-sync-sched/v1",
+        qemu: format!("{} ({})", qemu.version_string(), qemu.path.display()),
+        accel,
+        kernel,
+        vcpus: GUEST_VCPUS,
+        rounds: config.rounds,
+        rows: rows(&runs, &config.cases),
+        problems,
+        runs,
+    })
+}
+
+/// The guest's script for `round`.
+pub fn guest_script(cases: &[Case], round: usize) -> String {
+    let ready = crate::sched::script::READY_FILE;
+    let mut out = crate::sched::script::common_prelude();
+    out.push_str(&format!("echo \"{KERNEL} $(uname -r)\"\n"));
+    // The lab copies extra files into /bin (busybox guests).
+    out.push_str("export VSCHED_SYNC_LIB=/bin/libvsched_sync.so\n");
+    for k in 0..SCHEDULERS.len() {
+        let scheduler = SCHEDULERS[(k + round) % SCHEDULERS.len()];
+        let loaded = scheduler == "vsched";
+        if loaded {
+            out.push_str(&format!(
+                "rm -f {ready}; vsched sched -q --ready-file {ready} 2>/tmp/sched.log & S=$!\n\
+                 if wait_state enabled && wait_ready; then sleep {}\n",
+                crate::sched::script::SETTLE_S
+            ));
+        }
+        for &case in cases {
+            for factor in FACTORS {
+                let threads = GUEST_VCPUS * factor;
+                let ops = ops(case, threads);
+                for j in 0..RUNTIMES.len() {
+                    // glibc first in even rounds, the runtime in odd ones.
+                    let runtime = RUNTIMES[(j + round) % RUNTIMES.len()];
+                    let exec = if runtime == "vsched" {
+                        "vsched exec -- "
+                    } else {
+                        ""
+                    };
+                    out.push_str(&format!(
+                        "echo '{RUN} {round} {scheduler} {runtime} {} {threads} {ops}'; \
+                         {exec}syncbench {} {threads} {ops}\n",
+                        case.name(),
+                        case.name()
+                    ));
+                }
+            }
+        }
+        if loaded {
+            out.push_str(&format!(
+                "else echo \"{UNREADY} {round}\"; tail -5 /tmp/sched.log; fi\n\
+                 kill $S; wait $S; wait_state disabled\n"
+            ));
+        }
+    }
+    out
+}
+
+/// The runs a guest's output holds, and the cells of `round` it lacks.
+pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<String>) {
+    let mut runs = Vec::new();
+    let mut lines = output.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix(RUN) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let [r, scheduler, runtime, case, threads, ops] = f[..] else {
+            continue;
+        };
+        let Some(sample) = lines
+            .peek()
+            .and_then(|l| serde_json::from_str::<Sample>(l).ok())
+        else {
+            continue;
+        };
+        lines.next();
+        let (Ok(r), Ok(threads), Ok(ops)) = (r.parse(), threads.parse(), ops.parse()) else {
+            continue;
+        };
+        runs.push(GuestRun {
+            round: r,
+            scheduler: scheduler.into(),
+            runtime: runtime.into(),
+            case: case.into(),
+            threads,
+            ops,
+            elapsed_s: sample.elapsed_s,
+            ns_per_op: sample.ns_per_op,
+            voluntary_ctxt_switches: sample.voluntary_ctxt_switches,
+            involuntary_ctxt_switches: sample.involuntary_ctxt_switches,
+            migrations: sample.migrations,
+        });
+    }
+    let mut missing = Vec::new();
+    if output.contains(UNREADY) {
+        missing.push(format!(
+            "round {round}: vsched sched did not get ready; its runs were not measured"
+        ));
+    }
+    for &case in cases {
+        for factor in FACTORS {
+            let threads = GUEST_VCPUS * factor;
+            for scheduler in SCHEDULERS {
+                for runtime in RUNTIMES {
+                    let found = runs.iter().any(|r| {
+                        r.case == case.name()
+                            && r.threads == threads
+                            && r.scheduler == scheduler
+                            && r.runtime == runtime
+                    });
+                    if !found {
+                        missing.push(format!(
+                            "round {round}: {} at {threads} threads, {scheduler} scheduler, \
+                             {runtime}: no result",
+                            case.name()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    (runs, missing)
+}
+
+/// Medians of each cell, and the ratios between them.
+pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
+    let cell = |case: Case, threads: usize, scheduler: &str, runtime: &str| {
+        let mut v: Vec<f64> = runs
+            .iter()
+            .filter(|r| {
+                r.case == case.name()
+                    && r.threads == threads
+                    && r.scheduler == scheduler
+                    && r.runtime == runtime
+            })
+            .map(|r| r.ns_per_op)
+            .collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    // A barrier round holds one unit of work per thread (super::comparable_ns).
+    let per_unit = |case: Case, ns: Option<f64>, threads: usize| match case {
+        Case::Barrier => ns.map(|n| n / threads as f64),
+        _ => ns,
+    };
+    let mut out = Vec::new();
+    for &case in cases {
+        let together_1x = per_unit(
+            case,
+            cell(case, GUEST_VCPUS, "vsched", "vsched"),
+            GUEST_VCPUS,
+        );
+        for factor in FACTORS {
+            let threads = GUEST_VCPUS * factor;
+            let default_vsched_ns = cell(case, threads, "default", "vsched");
+            let sched_vsched_ns = cell(case, threads, "vsched", "vsched");
+            out.push(GuestRow {
+                case,
+                oversubscription: factor,
+                threads,
+                default_glibc_ns: cell(case, threads, "default", "glibc"),
+                default_vsched_ns,
+                sched_glibc_ns: cell(case, threads, "vsched", "glibc"),
+                sched_vsched_ns,
+                together: ratio(sched_vsched_ns, default_vsched_ns),
+                together_vs_1x: ratio(per_unit(case, sched_vsched_ns, threads), together_1x),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_runs_every_cell_under_both_schedulers_in_rotated_order() {
+        let s = guest_script(&[Case::Mutex], 0);
+        let first = s.find("@@sync 0 default").unwrap();
+        let second = s.find("@@sync 0 vsched").unwrap();
+        assert!(first < second, "round 0: the default scheduler first");
+        let s1 = guest_script(&[Case::Mutex], 1);
+        assert!(s1.find("@@sync 1 vsched").unwrap() < s1.find("@@sync 1 default").unwrap());
+        // 2 schedulers x 2 factors x 2 runtimes.
+        assert_eq!(s.matches("echo '@@sync").count(), 8);
+        assert!(s.contains("vsched exec -- syncbench mutex 8 100000"));
+        assert!(s.contains("vsched sched -q --ready-file"));
+        // A scheduler that never got ready is reported, not timed.
+        assert!(s.contains("else echo \"@@unready 0\""));
+    }
+
+    fn json(ns: f64) -> String {
+        format!(
+            "{{\"case\":\"mutex\",\"threads\":2,\"ops\":10,\"elapsed_s\":{},\"ns_per_op\":{ns},\
+             \"voluntary_ctxt_switches\":1,\"involuntary_ctxt_switches\":2,\"migrations\":3,\"loaded\":1}}",
+            ns * 1e-8
+        )
+    }
+
+    #[test]
+    fn results_are_parsed_and_missing_cells_named() {
+        let out = format!(
+            "noise\n@@sync 0 default vsched mutex 2 10\n{}\n@@sync 0 vsched vsched mutex 2 10\n{}\n\
+             @@sync 0 vsched glibc mutex 2 10\nsyncbench: crashed\n",
+            json(100.0),
+            json(150.0)
+        );
+        let (runs, missing) = parse(&out, 0, &[Case::Mutex]);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].scheduler, "vsched");
+        assert_eq!(runs[1].ns_per_op, 150.0);
+        assert_eq!(runs[0].migrations, 3);
+        // 8 cells, 2 measured.
+        assert_eq!(missing.len(), 6, "{missing:?}");
+        assert!(missing
+            .iter()
+            .any(|m| m.contains("mutex at 2 threads, vsched scheduler, glibc")));
+        let rows = rows(&runs, &[Case::Mutex]);
+        assert_eq!(rows[0].together, Some(1.5));
+        assert_eq!(rows[1].together, None, "nothing at 4x");
+    }
+
+    #[test]
+    fn a_barrier_round_counts_one_unit_per_thread_against_1x() {
+        let run = |threads, ns| GuestRun {
+            round: 0,
+            scheduler: "vsched".into(),
+            runtime: "vsched".into(),
+            case: "barrier".into(),
+            threads,
+            ops: 1,
+            elapsed_s: 1.0,
+            ns_per_op: ns,
+            voluntary_ctxt_switches: 0,
+            involuntary_ctxt_switches: 0,
+            migrations: 0,
+        };
+        let rows = rows(&[run(2, 1000.0), run(8, 8000.0)], &[Case::Barrier]);
+        // 8000 / 8 threads against 1000 / 2 threads.
+        assert_eq!(rows[1].together_vs_1x, Some(2.0));
+    }
+}
