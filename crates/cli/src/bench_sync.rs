@@ -105,6 +105,11 @@ pub struct SyncBenchArgs {
     #[arg(long, value_name = "PATH")]
     library: Option<PathBuf>,
 
+    /// With --guest: an extra `vsched sched` flag, such as an ablation
+    /// (repeatable; e.g. --sched-flag=--no-bvs)
+    #[arg(long = "sched-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    sched_flags: Vec<String>,
+
     /// With --guest: the guest's emulator and kernel
     #[command(flatten)]
     lab: crate::lab_args::GuestArgs,
@@ -116,11 +121,12 @@ impl SyncBenchArgs {
             bail!("--runs must be at least 1");
         }
         let lab_flag = self.library.is_some()
+            || !self.sched_flags.is_empty()
             || self.lab.kernel_version.is_some()
             || self.lab.qemu.is_some()
             || self.lab.allow_old_qemu;
         if lab_flag && !self.guest {
-            bail!("--library, --kernel-version, --qemu and --allow-old-qemu need --guest");
+            bail!("--library, --sched-flag, --kernel-version, --qemu and --allow-old-qemu need --guest");
         }
         Ok(())
     }
@@ -151,6 +157,7 @@ pub fn run_guest(args: SyncBenchArgs) -> Result<bool> {
         library,
         rounds: args.runs,
         cases: Case::selected(&only),
+        sched_flags: args.sched_flags.join(" "),
     };
     let report = guest::run(&config, &opts, &crate::signals::STOP, |round, runs| {
         eprintln!(

@@ -70,6 +70,8 @@ pub struct GuestSyncConfig {
     pub library: PathBuf,
     pub rounds: usize,
     pub cases: Vec<Case>,
+    /// Extra `vsched sched` flags (an ablation), joined by spaces.
+    pub sched_flags: String,
 }
 
 /// One run, as measured.
@@ -115,6 +117,8 @@ pub struct GuestSyncBench {
     pub kernel: String,
     pub vcpus: usize,
     pub rounds: usize,
+    /// The extra `vsched sched` flags the runs had.
+    pub sched_flags: String,
     pub rows: Vec<GuestRow>,
     /// Cells not measured in a round, and why.
     pub problems: Vec<String>,
@@ -133,6 +137,11 @@ pub fn run(
         .map_err(|e| BenchError::Lab(LabError::from(e)))?;
     layout.extra_binaries.push(program.path().to_path_buf());
     layout.extra_binaries.push(config.library.clone());
+    let library_name = config
+        .library
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| BenchError::Scenario("the runtime library path names no file".into()))?;
     // Boot, two loads of the scheduler and every run, with room for a
     // slow host (a run is sized for about 1 s; loading takes 2-10 s).
     layout.run_timeout_s = 120.0 + (config.cases.len() * 16) as f64 * 5.0;
@@ -142,7 +151,7 @@ pub fn run(
     let mut problems = Vec::new();
     let (mut accel, mut kernel) = (String::new(), String::new());
     for round in 0..config.rounds {
-        let script = guest_script(&config.cases, round);
+        let script = guest_script(&config.cases, round, &library_name, &config.sched_flags);
         let ran = vsched_lab::run::run(&layout, &[script], opts, stop).map_err(|e| match e {
             LabError::Interrupted => BenchError::Interrupted,
             e => BenchError::Lab(e),
@@ -168,25 +177,28 @@ pub fn run(
         kernel,
         vcpus: GUEST_VCPUS,
         rounds: config.rounds,
+        sched_flags: config.sched_flags.clone(),
         rows: rows(&runs, &config.cases),
         problems,
         runs,
     })
 }
 
-/// The guest's script for `round`.
-pub fn guest_script(cases: &[Case], round: usize) -> String {
+/// The guest's script for `round`, the runtime library being the file
+/// `library` (its name) among the guest's extra files, `vsched sched`
+/// loaded with `sched_flags`.
+pub fn guest_script(cases: &[Case], round: usize, library: &str, sched_flags: &str) -> String {
     let ready = crate::sched::script::READY_FILE;
     let mut out = crate::sched::script::common_prelude();
     out.push_str(&format!("echo \"{KERNEL} $(uname -r)\"\n"));
     // The lab copies extra files into /bin (busybox guests).
-    out.push_str("export VSCHED_SYNC_LIB=/bin/libvsched_sync.so\n");
+    out.push_str(&format!("export VSCHED_SYNC_LIB=/bin/{library}\n"));
     for k in 0..SCHEDULERS.len() {
         let scheduler = SCHEDULERS[(k + round) % SCHEDULERS.len()];
         let loaded = scheduler == "vsched";
         if loaded {
             out.push_str(&format!(
-                "rm -f {ready}; vsched sched -q --ready-file {ready} 2>/tmp/sched.log & S=$!\n\
+                "rm -f {ready}; vsched sched -q {sched_flags} --ready-file {ready} 2>/tmp/sched.log & S=$!\n\
                  if wait_state enabled && wait_ready; then sleep {}\n",
                 crate::sched::script::SETTLE_S
             ));
@@ -346,16 +358,18 @@ mod tests {
 
     #[test]
     fn the_script_runs_every_cell_under_both_schedulers_in_rotated_order() {
-        let s = guest_script(&[Case::Mutex], 0);
+        let s = guest_script(&[Case::Mutex], 0, "libvsched_sync.so", "");
         let first = s.find("@@sync 0 default").unwrap();
         let second = s.find("@@sync 0 vsched").unwrap();
         assert!(first < second, "round 0: the default scheduler first");
-        let s1 = guest_script(&[Case::Mutex], 1);
+        let s1 = guest_script(&[Case::Mutex], 1, "libvsched_sync.so", "--no-bvs");
         assert!(s1.find("@@sync 1 vsched").unwrap() < s1.find("@@sync 1 default").unwrap());
         // 2 schedulers x 2 factors x 2 runtimes.
         assert_eq!(s.matches("echo '@@sync").count(), 8);
         assert!(s.contains("vsched exec -- syncbench mutex 8 100000"));
-        assert!(s.contains("vsched sched -q --ready-file"));
+        assert!(s.contains("vsched sched -q  --ready-file"));
+        assert!(s1.contains("vsched sched -q --no-bvs --ready-file"));
+        assert!(s.contains("export VSCHED_SYNC_LIB=/bin/libvsched_sync.so\n"));
         // A scheduler that never got ready is reported, not timed.
         assert!(s.contains("else echo \"@@unready 0\""));
     }
