@@ -516,6 +516,60 @@ fn bench_sched_runs_every_variant_of_a_scenario() {
     );
 }
 
+/// `vsched bench sync --guest` end to end, one guest, one case: every
+/// scheduler and runtime pairing ran at 1x and 4x, the runtime was loaded
+/// where it should be, and the lab flags are refused without --guest.
+/// Times are not asserted (docs/benchmarks.md has the medians).
+#[test]
+fn bench_sync_in_a_guest_runs_each_pairing() {
+    let _guard = common::serial();
+    let out = vsched(&[
+        "bench",
+        "sync",
+        "--guest",
+        "--runs",
+        "1",
+        "--only",
+        "cond-broadcast",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let r: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["schema"], "vsched.bench-sync-sched/v1", "{stdout}");
+    assert_eq!(r["problems"].as_array().map(Vec::len), Some(0), "{stdout}");
+    let runs = r["runs"].as_array().unwrap();
+    let mut pairings: Vec<String> = runs
+        .iter()
+        .map(|run| format!("{} {} {}", run["scheduler"], run["runtime"], run["threads"]))
+        .collect();
+    pairings.sort();
+    pairings.dedup();
+    assert_eq!(
+        pairings.len(),
+        8,
+        "2 schedulers x 2 runtimes x 2 thread counts: {pairings:?}"
+    );
+    assert!(
+        runs.iter()
+            .all(|run| run["ns_per_op"].as_f64().is_some_and(|v| v > 0.0)),
+        "{stdout}"
+    );
+    let rows = r["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|row| row["together"].as_f64().is_some_and(|v| v > 0.0)),
+        "{stdout}"
+    );
+    let refused = vsched(&["bench", "sync", "--kernel-version", "7.2.13"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("need --guest"),
+        "{err}"
+    );
+}
+
 /// Share of requests (%) whose service began on vCPU 0, from the request
 /// server's line printed after `marker`.
 fn on_cpu0_pct(text: &str, marker: &str) -> f64 {

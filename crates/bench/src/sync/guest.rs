@@ -88,6 +88,9 @@ pub struct GuestRun {
     pub voluntary_ctxt_switches: u64,
     pub involuntary_ctxt_switches: u64,
     pub migrations: u64,
+    /// The runtime was loaded in the program (it must be exactly in the
+    /// "vsched" runtime's runs; `parse` reports any other run).
+    pub loaded: bool,
 }
 
 /// One case at one oversubscription: median ns per op of each pairing.
@@ -268,9 +271,23 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
             voluntary_ctxt_switches: sample.voluntary_ctxt_switches,
             involuntary_ctxt_switches: sample.involuntary_ctxt_switches,
             migrations: sample.migrations,
+            loaded: sample.loaded != 0,
         });
     }
     let mut missing = Vec::new();
+    for r in &runs {
+        if r.loaded != (r.runtime == "vsched") {
+            missing.push(format!(
+                "round {}: {} at {} threads, {} scheduler, {}: the runtime was {}loaded",
+                r.round,
+                r.case,
+                r.threads,
+                r.scheduler,
+                r.runtime,
+                if r.loaded { "" } else { "not " }
+            ));
+        }
+    }
     if output.contains(UNREADY) {
         missing.push(format!(
             "round {round}: vsched sched did not get ready; its runs were not measured"
@@ -392,6 +409,7 @@ mod tests {
         );
         let (runs, missing) = parse(&out, 0, &[Case::Mutex]);
         assert_eq!(runs.len(), 2);
+        assert!(runs.iter().all(|r| r.loaded));
         assert_eq!(runs[1].scheduler, "vsched");
         assert_eq!(runs[1].ns_per_op, 150.0);
         assert_eq!(runs[0].migrations, 3);
@@ -403,6 +421,19 @@ mod tests {
         let rows = rows(&runs, &[Case::Mutex]);
         assert_eq!(rows[0].together, Some(1.5));
         assert_eq!(rows[1].together, None, "nothing at 4x");
+    }
+
+    #[test]
+    fn a_run_with_the_runtime_where_it_should_not_be_is_reported() {
+        let out = format!("@@sync 0 default glibc mutex 2 10\n{}\n", json(100.0));
+        let (runs, missing) = parse(&out, 0, &[Case::Mutex]);
+        assert_eq!(runs.len(), 1);
+        assert!(
+            missing
+                .iter()
+                .any(|m| m.contains("glibc: the runtime was loaded")),
+            "{missing:?}"
+        );
     }
 
     #[test]
@@ -419,6 +450,7 @@ mod tests {
             voluntary_ctxt_switches: 0,
             involuntary_ctxt_switches: 0,
             migrations: 0,
+            loaded: true,
         };
         let rows = rows(&[run(2, 1000.0), run(8, 8000.0)], &[Case::Barrier]);
         // 8000 / 8 threads against 1000 / 2 threads.
