@@ -82,15 +82,10 @@ pub struct GuestRun {
     pub runtime: String,
     pub case: String,
     pub threads: usize,
-    pub ops: u64,
-    pub elapsed_s: f64,
-    pub ns_per_op: f64,
-    pub voluntary_ctxt_switches: u64,
-    pub involuntary_ctxt_switches: u64,
-    pub migrations: u64,
-    /// The runtime was loaded in the program (it must be exactly in the
-    /// "vsched" runtime's runs; `parse` reports any other run).
-    pub loaded: bool,
+    /// What the program printed; its `loaded` must be 1 exactly in the
+    /// "vsched" runtime's runs (`parse` reports any other run).
+    #[serde(flatten)]
+    pub sample: Sample,
 }
 
 /// One case at one oversubscription: median ns per op of each pairing.
@@ -256,27 +251,25 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
             continue;
         };
         lines.next();
-        let (Ok(r), Ok(threads), Ok(ops)) = (r.parse(), threads.parse(), ops.parse()) else {
+        let (Ok(r), Ok(threads), Ok(ops)) = (r.parse(), threads.parse(), ops.parse::<u64>()) else {
             continue;
         };
+        if sample.ops != ops {
+            continue;
+        }
         runs.push(GuestRun {
             round: r,
             scheduler: scheduler.into(),
             runtime: runtime.into(),
             case: case.into(),
             threads,
-            ops,
-            elapsed_s: sample.elapsed_s,
-            ns_per_op: sample.ns_per_op,
-            voluntary_ctxt_switches: sample.voluntary_ctxt_switches,
-            involuntary_ctxt_switches: sample.involuntary_ctxt_switches,
-            migrations: sample.migrations,
-            loaded: sample.loaded != 0,
+            sample,
         });
     }
     let mut missing = Vec::new();
     for r in &runs {
-        if r.loaded != (r.runtime == "vsched") {
+        let loaded = r.sample.loaded != 0;
+        if loaded != (r.runtime == "vsched") {
             missing.push(format!(
                 "round {}: {} at {} threads, {} scheduler, {}: the runtime was {}loaded",
                 r.round,
@@ -284,7 +277,7 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
                 r.threads,
                 r.scheduler,
                 r.runtime,
-                if r.loaded { "" } else { "not " }
+                if loaded { "" } else { "not " }
             ));
         }
     }
@@ -329,7 +322,7 @@ pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
                     && r.scheduler == scheduler
                     && r.runtime == runtime
             })
-            .map(|r| r.ns_per_op)
+            .map(|r| r.sample.ns_per_op)
             .collect();
         (!v.is_empty()).then(|| median(&mut v))
     };
@@ -409,10 +402,10 @@ mod tests {
         );
         let (runs, missing) = parse(&out, 0, &[Case::Mutex]);
         assert_eq!(runs.len(), 2);
-        assert!(runs.iter().all(|r| r.loaded));
+        assert!(runs.iter().all(|r| r.sample.loaded == 1));
         assert_eq!(runs[1].scheduler, "vsched");
-        assert_eq!(runs[1].ns_per_op, 150.0);
-        assert_eq!(runs[0].migrations, 3);
+        assert_eq!(runs[1].sample.ns_per_op, 150.0);
+        assert_eq!(runs[0].sample.migrations, 3);
         // 8 cells, 2 measured.
         assert_eq!(missing.len(), 6, "{missing:?}");
         assert!(missing
@@ -444,13 +437,15 @@ mod tests {
             runtime: "vsched".into(),
             case: "barrier".into(),
             threads,
-            ops: 1,
-            elapsed_s: 1.0,
-            ns_per_op: ns,
-            voluntary_ctxt_switches: 0,
-            involuntary_ctxt_switches: 0,
-            migrations: 0,
-            loaded: true,
+            sample: Sample {
+                ops: 1,
+                elapsed_s: 1.0,
+                ns_per_op: ns,
+                voluntary_ctxt_switches: 0,
+                involuntary_ctxt_switches: 0,
+                migrations: 0,
+                loaded: 1,
+            },
         };
         let rows = rows(&[run(2, 1000.0), run(8, 8000.0)], &[Case::Barrier]);
         // 8000 / 8 threads against 1000 / 2 threads.

@@ -5,7 +5,7 @@ use super::Case;
 use crate::compare::Variant;
 use crate::cprogram::{CProgram, CSource};
 use crate::{BenchError, Harness};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::process::{Command, Output, Stdio};
 
 pub(crate) const SOURCE: CSource = CSource {
@@ -16,7 +16,7 @@ pub(crate) const SOURCE: CSource = CSource {
 };
 
 /// What one run of the program printed.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
 pub struct Sample {
     pub ops: u64,
     pub elapsed_s: f64,
