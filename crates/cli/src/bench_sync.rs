@@ -74,8 +74,10 @@ IN A GUEST (--guest)
   scheduler over the runtime under the default one (goal: at most 1, the
   two halves together never slower than the runtime alone); 4x/1x = the
   runtime under vsched's scheduler at 8 threads over 2 (per unit of work).
-  Every run is in the JSON (\"runs\"). Needs what the lab needs (root,
-  QEMU 10 or newer, busybox-static) and a C compiler.
+  Goals: together at most 1 in every row; barrier and condvar rings at 4x
+  within 1.25x of their own 1x. Every run is in the JSON (\"runs\").
+  Needs what the lab needs (root, QEMU 10 or newer, busybox-static) and a
+  C compiler.
 
 EXAMPLES
   vsched bench sync                              every case, 3 runs, table
@@ -212,6 +214,18 @@ fn print_guest_table(b: &GuestSyncBench) {
     for p in &b.problems {
         println!("  ! {p}");
     }
+    print_goals(&b.goals);
+}
+
+fn print_goals(goals: &[vsched_bench::sync::Goal]) {
+    if goals.is_empty() {
+        return;
+    }
+    println!("\nGOALS");
+    for g in goals {
+        let verdict = if g.met { "met" } else { "MISSED" };
+        println!("  {:<62} {:>8.3}  {verdict}", g.goal, g.value);
+    }
 }
 
 fn print_table(b: &SyncBench) {
@@ -253,11 +267,5 @@ fn print_table(b: &SyncBench) {
             r.vsched.migrations_per_op,
         );
     }
-    if !b.goals.is_empty() {
-        println!("\nGOALS");
-        for g in &b.goals {
-            let verdict = if g.met { "met" } else { "MISSED" };
-            println!("  {:<62} {:>8.3}  {verdict}", g.goal, g.value);
-        }
-    }
+    print_goals(&b.goals);
 }

@@ -118,6 +118,8 @@ pub struct GuestSyncBench {
     /// The extra `vsched sched` flags the runs had.
     pub sched_flags: String,
     pub rows: Vec<GuestRow>,
+    /// The issue's goals for the two halves together, with the values.
+    pub goals: Vec<super::Goal>,
     /// Cells not measured in a round, and why.
     pub problems: Vec<String>,
     pub runs: Vec<GuestRun>,
@@ -168,6 +170,7 @@ pub fn run(
         runs.extend(got);
         problems.extend(missing);
     }
+    let rows = rows(&runs, &config.cases);
     Ok(GuestSyncBench {
         schema: "vsched.bench-sync-sched/v1",
         qemu: format!("{} ({})", qemu.version_string(), qemu.path.display()),
@@ -176,7 +179,8 @@ pub fn run(
         vcpus: GUEST_VCPUS,
         rounds: config.rounds,
         sched_flags: config.sched_flags.clone(),
-        rows: rows(&runs, &config.cases),
+        goals: goals(&rows),
+        rows,
         problems,
         runs,
     })
@@ -362,6 +366,48 @@ pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
     out
 }
 
+/// Most the runtime under vsched's scheduler may take, at 4x, per unit of
+/// work against its own 1x, for the cases the issue names (barrier and
+/// the condvar rings).
+const TOGETHER_VS_1X_AT_MOST: f64 = 1.25;
+
+/// The issue's goals: in every row the runtime is no slower with vsched's
+/// scheduler than with the default one (`together` at most 1), and the
+/// barrier and condvar rings at 4x stay within 1.25x of their own 1x.
+pub fn goals(rows: &[GuestRow]) -> Vec<super::Goal> {
+    let mut out = Vec::new();
+    for r in rows {
+        if let Some(t) = r.together {
+            out.push(super::Goal {
+                goal: format!(
+                    "{} at {}x: with vsched sched no slower (together <= 1)",
+                    r.case.name(),
+                    r.oversubscription
+                ),
+                value: t,
+                met: t <= 1.0,
+            });
+        }
+    }
+    for r in rows {
+        let named = matches!(
+            r.case,
+            Case::Barrier | Case::CondBroadcast | Case::CondSignal
+        );
+        if let (true, 4, Some(v)) = (named, r.oversubscription, r.together_vs_1x) {
+            out.push(super::Goal {
+                goal: format!(
+                    "{} at 4x within {TOGETHER_VS_1X_AT_MOST}x of its own 1x (with vsched sched)",
+                    r.case.name()
+                ),
+                value: v,
+                met: v <= TOGETHER_VS_1X_AT_MOST,
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +460,9 @@ mod tests {
         let rows = rows(&runs, &[Case::Mutex]);
         assert_eq!(rows[0].together, Some(1.5));
         assert_eq!(rows[1].together, None, "nothing at 4x");
+        let goals = goals(&rows);
+        assert_eq!(goals.len(), 1, "one row measured, mutex has no 4x/1x goal");
+        assert!(!goals[0].met && goals[0].value == 1.5, "{goals:?}");
     }
 
     #[test]
