@@ -787,7 +787,7 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         common::note("ivh_moves_a_cpu_bound_thread", &miss);
         assert!(
             attempt < IVH_ATTEMPTS,
-            "IVH spreads the thread's time: {miss}\n{with}\n{without}"
+            "IVH runs the thread sooner and spreads its time: {miss}\n{with}\n{without}"
         );
     }
 }

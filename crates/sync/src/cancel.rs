@@ -50,7 +50,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
         unsafe { &*sleepers }.fetch_sub(1, SeqCst);
         // The sleep ends here, not after the call it unwinds out of.
         #[cfg(not(loom))]
-        crate::load::sleeping_end();
+        crate::load::sleeping_end(false);
     }
     // SAFETY: the primitive's own cleanup with its own argument.
     unsafe { (cancel.cleanup)(cancel.arg) };
@@ -107,10 +107,9 @@ impl Cancel {
                 )
             };
             self.sleepers.set(core::ptr::null());
-            if rc != 0 || shared {
-                // Not counted by a waker: see load::woken.
-                crate::load::sleeping_end();
-            }
+            // A private word's waker counted the thread it woke: see
+            // load::woken.
+            crate::load::sleeping_end(rc == 0 && !shared);
             if rc == 0 {
                 WaitResult::Woken
             } else {

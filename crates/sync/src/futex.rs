@@ -55,10 +55,8 @@ pub fn wait(
             BITSET_MATCH_ANY,
         )
     };
-    if rc != 0 || shared {
-        // Not counted by a waker: see load::woken.
-        crate::load::sleeping_end();
-    }
+    // A private word's waker counted the thread it woke: see load::woken.
+    crate::load::sleeping_end(rc == 0 && !shared);
     if rc == 0 {
         return WaitResult::Woken;
     }
@@ -92,11 +90,9 @@ pub fn result_of_errno(errno: i32) -> WaitResult {
     }
 }
 
-/// Wakes up to `n` sleepers on `word`.
 /// Wakes up to `n` sleepers on `word`. Those of a private word are the
 /// runtime's own waits (`wait`, `Cancel::futex_wait`): they are counted
-/// awake from here (load::woken), and do not count themselves again.
-/// Returns how many it woke.
+/// awake from here (load::woken) until they run. Returns how many it woke.
 pub fn wake(word: &AtomicU32, n: i32, shared: bool) -> u32 {
     // SAFETY: plain futex wake on a valid address.
     let woken = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op(FUTEX_WAKE, shared), n) };

@@ -11,7 +11,7 @@
 //! finds them stale, so a waiter pays an atomic load, not a system call.
 
 use crate::clock::mono_ns;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use vsched_os::load::{self, Loadavg, SelfStat};
 
 static LOADAVG_FD: AtomicI32 = AtomicI32::new(-1);
@@ -25,12 +25,15 @@ static RUNNABLE: AtomicU64 = AtomicU64::new(0);
 /// The process's threads at the last refresh (1 until read: the yield
 /// rule then never holds, which is glibc's behaviour).
 static THREADS: AtomicU64 = AtomicU64::new(1);
-/// Threads of this process asleep in a futex wait of the runtime now, and
-/// not yet woken: a waker takes the threads it woke off at once (see
-/// `woken`). Signed, read as at least 0: a thread cancelled just after its
-/// waker counted it takes itself off again, a rare -1 that makes the
-/// yield rule err towards yielding, as its doc says it may.
-static SLEEPING: AtomicI64 = AtomicI64::new(0);
+/// Threads of this process inside a futex wait of the runtime now: exact,
+/// each counts itself in and out.
+static SLEEPING: AtomicU64 = AtomicU64::new(0);
+/// Of those, how many a waker has woken but have not run yet (`woken`):
+/// an estimate the sleepers' own count bounds, reset whenever no thread
+/// sleeps, so that a wake-up counted wrongly (one that raced a
+/// cancellation, or a stray wake of a word reused after its primitive
+/// was destroyed) is forgotten soon.
+static WOKEN: AtomicU64 = AtomicU64::new(0);
 /// When a spinning waiter last saw its own clock jump (0: never).
 static LOST_TIME_AT_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -85,14 +88,19 @@ pub fn sleeping_begin() {
     SLEEPING.fetch_add(1, Relaxed);
 }
 
-/// ...and ends by itself (timed out, interrupted, the word had changed,
-/// cancelled), or after a wake-up of a process-shared word, whose waker
-/// may be another process...
-pub fn sleeping_end() {
-    SLEEPING.fetch_sub(1, Relaxed);
+/// ...and ends (woken, timed out, interrupted, the word had changed,
+/// cancelled). `woken_by_waker`: the wait returned because a waker of a
+/// private word woke it, which counted it in WOKEN (`woken`).
+pub fn sleeping_end(woken_by_waker: bool) {
+    if woken_by_waker {
+        let _ = WOKEN.fetch_update(Relaxed, Relaxed, |w| Some(w.saturating_sub(1)));
+    }
+    if SLEEPING.fetch_sub(1, Relaxed) == 1 {
+        WOKEN.store(0, Relaxed);
+    }
 }
 
-/// ...or a waker of a private word woke `n` of them: they are awake from
+/// A waker of a private word woke `n` sleepers: they count as awake from
 /// now on, although each runs only when the scheduler gets to it. Counted
 /// asleep until then, a whole condvar broadcast's worth of woken threads
 /// looked like other programs' runnable threads, so the woken waiters,
@@ -101,12 +109,19 @@ pub fn sleeping_end() {
 /// scheduler, whose wake-ups take longer to run: 99% of waits slept,
 /// 5x slower than under the kernel's default scheduler).
 pub fn woken(n: u64) {
-    SLEEPING.fetch_sub(n as i64, Relaxed);
+    WOKEN.fetch_add(n, Relaxed);
 }
 
 /// Threads of this process asleep in the runtime and not yet woken.
 pub fn sleeping_now() -> u64 {
-    SLEEPING.load(Relaxed).max(0) as u64
+    let sleeping = SLEEPING.load(Relaxed);
+    sleeping - WOKEN.load(Relaxed).min(sleeping)
+}
+
+/// The two counts behind `sleeping_now`, for tests: (inside a wait,
+/// woken but not yet run).
+pub fn sleeping_counts() -> (u64, u64) {
+    (SLEEPING.load(Relaxed), WOKEN.load(Relaxed))
 }
 
 /// A spinning waiter's clock jumped: its vCPU was switched off or the
@@ -152,6 +167,7 @@ fn refresh_if_stale() {
 pub fn after_fork() {
     REFRESHING.store(false, Relaxed);
     SLEEPING.store(0, Relaxed);
+    WOKEN.store(0, Relaxed);
     THREADS.store(1, Relaxed);
     CHECKED_AT_NS.store(0, Relaxed);
     let old = SELF_STAT_FD.swap(-1, Relaxed);

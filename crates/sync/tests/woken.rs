@@ -24,22 +24,28 @@ fn woken_waiters_count_as_awake_before_they_run() {
     // default scheduler pre-empts nothing for SCHED_IDLE work), so the
     // counts below are read before any woken waiter ran.
     pin_to_current_cpu();
+    let (tids_tx, tids) = std::sync::mpsc::channel();
     let threads: Vec<_> = (0..WAITERS)
         .map(|_| {
-            std::thread::spawn(|| {
+            let tids_tx = tids_tx.clone();
+            std::thread::spawn(move || {
                 become_sched_idle();
+                // SAFETY: gettid has no preconditions.
+                tids_tx.send(unsafe { libc::gettid() }).unwrap();
                 while WORD.load(SeqCst) == 0 {
                     futex::wait(&WORD, 0, None, false);
                 }
             })
         })
         .collect();
-    while load::sleeping_now() < WAITERS {
-        std::thread::sleep(Duration::from_millis(1));
+    let tids: Vec<i32> = (0..WAITERS).map(|_| tids.recv().unwrap()).collect();
+    // Counted just before the system call: wait until each is asleep in
+    // the kernel, so that the wake-ups below find all of them there.
+    for tid in tids {
+        while !in_futex_wait(tid) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
-    // Counted just before the system call: let each reach the kernel, so
-    // that the wake-ups below find all of them there.
-    std::thread::sleep(Duration::from_millis(200));
     WORD.store(1, SeqCst);
     let first = futex::wake(&WORD, 1, false);
     let after_first = load::sleeping_now();
@@ -60,9 +66,9 @@ fn woken_waiters_count_as_awake_before_they_run() {
         t.join().unwrap();
     }
     assert_eq!(
-        load::sleeping_now(),
-        0,
-        "a woken waiter does not take itself off the count a second time"
+        load::sleeping_counts(),
+        (0, 0),
+        "each waiter counted itself out once, and the woken ones were forgotten"
     );
 }
 
@@ -72,12 +78,12 @@ fn woken_waiters_count_as_awake_before_they_run() {
 fn a_wait_that_ends_by_itself_leaves_the_count_as_it_was() {
     let _serial = SERIAL.lock().unwrap();
     static WORD: AtomicU32 = AtomicU32::new(7);
-    let before = load::sleeping_now();
+    let before = load::sleeping_counts();
     assert_eq!(
         futex::wait(&WORD, 6, None, false),
         futex::WaitResult::Changed
     );
-    assert_eq!(load::sleeping_now(), before);
+    assert_eq!(load::sleeping_counts(), before);
 }
 
 fn pin_to_current_cpu() {
@@ -101,4 +107,11 @@ fn become_sched_idle() {
     // SAFETY: a valid sched_param for the calling thread (0).
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &none) };
     assert_eq!(rc, 0, "SCHED_IDLE needs no privilege");
+}
+
+/// Whether thread `tid` of this process is inside a futex system call
+/// (/proc's syscall file starts with the call's number).
+fn in_futex_wait(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_futex.to_string()))
 }
