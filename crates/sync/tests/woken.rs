@@ -41,8 +41,15 @@ fn woken_waiters_count_as_awake_before_they_run() {
     let tids: Vec<i32> = (0..WAITERS).map(|_| tids.recv().unwrap()).collect();
     // Counted just before the system call: wait until each is asleep in
     // the kernel, so that the wake-ups below find all of them there.
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
     for tid in tids {
         while !in_futex_wait(tid) {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "thread {tid} not seen in a futex wait within 30 s \
+                 (/proc/self/task/{tid}/syscall: {:?})",
+                std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
