@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use vsched_bench::sync::guest::{self, GuestSyncBench, GuestSyncConfig};
 use vsched_bench::sync::{Case, SyncBench};
 use vsched_bench::Harness;
-use vsched_os::exec_env::library::{default_library, preloadable_library};
+use vsched_os::exec_env::library::find_library;
 
 /// A case as a command-line value: the names are vsched-bench's.
 #[derive(Copy, Clone, Debug)]
@@ -103,7 +103,7 @@ pub struct SyncBenchArgs {
     pub guest: bool,
 
     /// With --guest: the runtime library to carry into the guest (default:
-    /// libvsched_sync.so beside the vsched binary)
+    /// $VSCHED_SYNC_LIB, else libvsched_sync.so beside the vsched binary)
     #[arg(long, value_name = "PATH")]
     library: Option<PathBuf>,
 
@@ -144,15 +144,8 @@ pub fn run(args: SyncBenchArgs, harness: &Harness) -> Result<bool> {
 /// `--guest`: the cases in lab guests, under both schedulers.
 pub fn run_guest(args: SyncBenchArgs) -> Result<bool> {
     let only: Vec<Case> = args.only.iter().map(|c| c.0).collect();
-    let library = match &args.library {
-        Some(p) => p.clone(),
-        None => {
-            let exe = std::env::current_exe().context("locating the vsched binary")?;
-            default_library(exe.parent().context("the vsched binary has no directory")?)
-        }
-    };
-    let library = preloadable_library(&library)
-        .context("the runtime library for the guest (build it with `cargo build --release`, or pass --library)")?;
+    let library =
+        find_library(args.library.as_deref()).context("the runtime library for the guest")?;
     crate::signals::catch();
     let opts = args.lab.lab_options(None)?;
     let config = GuestSyncConfig {

@@ -11,7 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use vsched_os::exec_env::environment::RuntimeSettings;
-use vsched_os::exec_env::library::{default_library, preloadable_library};
+use vsched_os::exec_env::library::find_library;
 use vsched_os::exec_env::program::{find_program, is_dynamically_linked};
 use vsched_os::exec_env::{self, spin_cache};
 use vsched_probe::wake::idle_wake_ns;
@@ -158,22 +158,6 @@ fn measured_spin_ns() -> Result<u64> {
         }
     }
     Ok(ns)
-}
-
-/// The runtime library: --library, $VSCHED_SYNC_LIB, or beside the vsched binary.
-fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
-    let candidate = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => match std::env::var_os(exec_env::LIBRARY.name()) {
-            Some(p) => PathBuf::from(p),
-            None => {
-                let exe = std::env::current_exe().context("locating the vsched binary")?;
-                let dir = exe.parent().context("the vsched binary has no directory")?;
-                default_library(dir)
-            }
-        },
-    };
-    Ok(preloadable_library(&candidate)?)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {

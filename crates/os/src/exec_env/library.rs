@@ -14,6 +14,9 @@ pub enum LibraryError {
     Resolve { path: PathBuf, source: io::Error },
     /// The path holds a character at which ld.so splits LD_PRELOAD.
     Unpreloadable(PathBuf),
+    /// The running binary (beside which the library is looked for) could
+    /// not be located.
+    NoExe(io::Error),
 }
 
 impl fmt::Display for LibraryError {
@@ -26,6 +29,7 @@ impl fmt::Display for LibraryError {
                 path.display()
             ),
             LibraryError::Resolve { path, .. } => write!(f, "resolving {}", path.display()),
+            LibraryError::NoExe(_) => write!(f, "locating the vsched binary"),
             LibraryError::Unpreloadable(path) => write!(
                 f,
                 "the runtime's path {} contains a space or a colon, which LD_PRELOAD cannot carry; \
@@ -39,7 +43,7 @@ impl fmt::Display for LibraryError {
 impl std::error::Error for LibraryError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            LibraryError::Resolve { source, .. } => Some(source),
+            LibraryError::Resolve { source, .. } | LibraryError::NoExe(source) => Some(source),
             _ => None,
         }
     }
@@ -56,6 +60,24 @@ pub fn default_library(exe_dir: &Path) -> PathBuf {
     } else {
         beside
     }
+}
+
+/// The runtime library to preload: `explicit` (a --library flag), else
+/// $VSCHED_SYNC_LIB, else the one belonging to the running binary
+/// (`default_library`); checked with `preloadable_library`.
+pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, LibraryError> {
+    let candidate = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => match std::env::var_os(super::LIBRARY.name()) {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let exe = std::env::current_exe().map_err(LibraryError::NoExe)?;
+                // A file's path always has a parent directory.
+                default_library(exe.parent().unwrap_or(Path::new("/")))
+            }
+        },
+    };
+    preloadable_library(&candidate)
 }
 
 /// `candidate` as an absolute path LD_PRELOAD can carry, if it is a file.
