@@ -65,13 +65,6 @@ cargo test --release --workspace --all-targets
 for version in 6.16.12 6.18.15 7.3.4; do
   echo "== the scheduler's lab tests on Linux $version"
   skip=(--skip bench_sched_runs_every_variant_of_a_scenario --skip bench_sync_in_a_guest_runs_each_pairing)
-  # On 6.16 and 6.18 the IVH test's control (--no-ivh) thread takes 5-12 s
-  # for 1.2 s of work, so two controls differ by up to 1.5x and the test's
-  # criterion cannot tell IVH apart there (docs/sched.md, "Tests").
-  if [ "$version" = 6.16.12 ] || [ "$version" = 6.18.15 ]; then
-    skip+=(--skip ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus --skip ivh_test_procedure_fails_with_ivh_off)
-    echo "ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus on Linux $version: not run (its control's time varies up to 1.5x between runs on this kernel)" >> "$VSCHED_SKIP_LOG"
-  fi
   VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults \
     -- "${skip[@]}"
 done
