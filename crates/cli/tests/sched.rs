@@ -192,7 +192,7 @@ fn slices_are_renewed_at_the_tick_only_where_no_vcpu_is_idle() {
 /// beside an idle vCPU took 3.9x and 4.1x the default's time on 6.18.15
 /// and 6.16.12 (32 s instead of about 1 s on the IVH layout's capped
 /// vCPUs, which is why the IVH test's control was that slow there), and
-/// 4.0-6.1x in the FIFO reference mode on every kernel, 7.2.13 included
+/// 4.0-6.1x in the FIFO reference mode on 6.16.12, 6.18.15 and 7.2.13
 /// (the build before the fix, in this test's guest). Fixed: 1.15-1.2x.
 #[test]
 fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {

@@ -153,8 +153,8 @@ static void enqueue_task(struct task_struct *p, u64 enq_flags);
  * queued until some other event woke it: a lone CPU-bound thread beside
  * an idle vCPU took 3.9x (6.18.15) and 4.1x (6.16.12) its time under the
  * default scheduler, and in the FIFO reference mode, which queues it in
- * the shared queue, 4.0-6.1x on every kernel of the matrix (7.2.13
- * included); with the kick 1.15-1.2x (crates/cli/tests/sched.rs,
+ * the shared queue, 4.0-6.1x on each kernel tried (6.16.12, 6.18.15,
+ * 7.2.13); with the kick 1.15-1.2x (crates/cli/tests/sched.rs,
  * a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus).
  */
 void BPF_STRUCT_OPS(vsched_enqueue, struct task_struct *p, u64 enq_flags)
