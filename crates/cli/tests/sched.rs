@@ -972,8 +972,8 @@ fn check_ivh_counters_consistent(out: &[(Option<i64>, String)]) {
         assert_model_came(&summary, run);
         let done = counter(&summary, "ivh_done");
         let attempted = counter(&summary, "ivh_attempted");
-        let abandoned = counter(&summary, "ivh_abandoned_target")
-            + counter(&summary, "ivh_abandoned_source");
+        let abandoned =
+            counter(&summary, "ivh_abandoned_target") + counter(&summary, "ivh_abandoned_source");
         assert!(
             counter(&summary, "migrated") >= done,
             "each move done starts the thread on another vCPU: {summary:#}"
@@ -1026,5 +1026,9 @@ fn ivh_moves_shown(out: &[(Option<i64>, String)]) -> Result<(), String> {
         // Counted at the move: a target taken while the probers held every
         // other vCPU, or an idle one whose prober started while it answered.
         && over_idle >= 1;
-    if shown { Ok(()) } else { Err(seen) }
+    if shown {
+        Ok(())
+    } else {
+        Err(seen)
+    }
 }
