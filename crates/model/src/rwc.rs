@@ -10,6 +10,11 @@
 //! share one host CPU, so their capacities differ only by measurement
 //! noise, and choosing by capacity made the kept vCPU flip from report to
 //! report, moving every task with it (seen in the lab: RWC's test failed).
+//! A stacked group is a straggler only when every member reads as one:
+//! its members' readings are of the same host CPU, so one low reading
+//! beside a normal one is noise, and judging members alone hid the kept
+//! vCPU as a straggler and its mate as stacked, leaving the whole host
+//! CPU unused (seen in CI: capacities 62 and 454 for one stacked pair).
 //! At least one vCPU always stays visible: if every vCPU would be hidden,
 //! the strongest is shown again, since a VM that runs nothing is worse
 //! than any straggler.
@@ -33,19 +38,21 @@ impl Visibility {
 
 /// RWC's choice for every vCPU of `report`, in the report's order.
 pub fn choose(report: &ProbeReport) -> Vec<Visibility> {
+    let reads_as_straggler = |cpu: u32| {
+        report
+            .vcpus
+            .iter()
+            .find(|v| v.cpu == cpu)
+            .is_none_or(|v| v.straggler)
+    };
     let mut chosen: Vec<Visibility> = report
         .vcpus
         .iter()
         .map(|v| {
-            let keeper = v
-                .stacked_with
-                .iter()
-                .copied()
-                .chain(std::iter::once(v.cpu))
-                .min()
-                .unwrap_or(v.cpu);
+            let group = || v.stacked_with.iter().copied().chain(std::iter::once(v.cpu));
+            let keeper = group().min().unwrap_or(v.cpu);
             Visibility {
-                straggler: v.straggler,
+                straggler: group().all(reads_as_straggler),
                 stacked: keeper != v.cpu,
             }
         })
@@ -182,6 +189,27 @@ mod tests {
             let r = report(vec![vcpu(1, c1, false, &[2]), vcpu(2, c2, false, &[1])]);
             assert_eq!(hidden(&r), vec![2]);
         }
+    }
+
+    /// Regression: one low capacity reading in a stacked pair hid the
+    /// kept vCPU as a straggler and its mate as stacked, so the pair's
+    /// host CPU ran nothing (CI, capacities 62 and 454).
+    #[test]
+    fn one_low_reading_does_not_hide_a_whole_stacked_pair() {
+        let r = report(vec![
+            vcpu(0, 1024, false, &[]),
+            vcpu(1, 62, true, &[2]),
+            vcpu(2, 454, false, &[1]),
+        ]);
+        assert_eq!(hidden(&r), vec![2]);
+        assert!(!choose(&r)[1].straggler);
+        // A pair whose every member reads low is a straggling host CPU.
+        let both_low = report(vec![
+            vcpu(0, 1024, false, &[]),
+            vcpu(1, 60, true, &[2]),
+            vcpu(2, 70, true, &[1]),
+        ]);
+        assert_eq!(hidden(&both_low), vec![1, 2]);
     }
 
     #[test]
