@@ -9,6 +9,11 @@
  * and the object is what the kernel verified before the split.
  */
 
+/* Tunables (`--no-bvs`, `--bvs-no-state-check`): BVS at all, and
+ * whether it checks a vCPU's state (the paper's ablation). */
+const volatile bool bvs_enabled = true;
+const volatile bool bvs_state_check = true;
+
 /*
  * Whether `p` counts as latency-sensitive for BVS: declared so by name, or
  * running briefly per wake-up (policy.h).

@@ -9,6 +9,16 @@
  * and the object is what the kernel verified before the split.
  */
 
+/* Tunables (`--no-ivh`, `--ivh-unaware`, `--ivh-beats-only`):
+ * IVH at all; whether it pre-wakes the target and waits for its answer
+ * (activity-aware, the paper's design) or moves the task at once; and
+ * whether it also moves a task to a rested target at the kernel's tick,
+ * from the probers' model (ivh_at_tick_consider), leaving the heartbeat's
+ * prediction for targets that have not rested. */
+const volatile bool ivh_enabled = true;
+const volatile bool ivh_activity_aware = true;
+const volatile bool ivh_at_tick = true;
+
 /*
  * IVH moves only a task that has run this long on its vCPU: the paper's
  * 2 ms, which also bounds how often one task can be moved (a moved task

@@ -11,7 +11,12 @@
  * and the object is what the kernel verified before the split.
  */
 
-/* Tunables, set by the loader before load (see the `vsched sched` flags). */
+/*
+ * Tunables, set by the loader before load (see the `vsched sched` flags).
+ * Those more than one part reads are here; a mechanism's own switches
+ * are declared at the top of its file (bvs.bpf.h, ivh.bpf.h), so that a
+ * new rule's flag lives beside the rule.
+ */
 const volatile u64 slice_ns = 3000000;
 const volatile u32 nr_cpus = 1;
 const volatile bool rwc_enabled = true;
@@ -23,17 +28,6 @@ const volatile bool capacity_enabled = true;
  * idle vCPU (the kernel's default choice), no model, no kicks.
  */
 const volatile bool reference_fifo = false;
-/* BVS, and whether it checks a vCPU's state (the paper's ablation). */
-const volatile bool bvs_enabled = true;
-const volatile bool bvs_state_check = true;
-/* IVH, and whether it pre-wakes the target and waits for its answer
- * (activity-aware, the paper's design) or moves the task at once. */
-const volatile bool ivh_enabled = true;
-const volatile bool ivh_activity_aware = true;
-/* IVH moves a task to a rested target at the kernel's tick, from the
- * probers' model (ivh_at_tick_consider); the heartbeat's prediction is
- * left for targets that have not rested. */
-const volatile bool ivh_at_tick = true;
 /*
  * Heartbeat period on a busy vCPU that loses time, and the gap that counts
  * as an inactive episode (twice the period: timer interrupts arrive late
