@@ -4,29 +4,12 @@
 
 mod common;
 
-use common::vsched;
+use common::{vsched, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 
-/// A temporary directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("vsched-exec-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Eight threads on a mutex and a condition-variable token ring: waits are
 /// certain, and a wrong runtime shows up as a wrong total or a hang.

@@ -13,7 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vsched_lab::host::{self, Flavor};
 
+/// A shipped layout's file, or (a path) any other.
 fn layout(name: &str) -> String {
+    if name.ends_with(".toml") {
+        return name.to_string();
+    }
     format!(
         "{}/../../lab/layouts/{name}.toml",
         env!("CARGO_MANIFEST_DIR")
@@ -148,6 +152,36 @@ fn assert_passes(name: &str, r: &Value) {
     let failed = failed_items(r);
     assert!(failed.is_empty(), "{name} failed {failed:?}: {r:#}");
     assert_eq!(r["pass"], true, "{name}: {r:#}");
+}
+
+/// The control of the best-of-CHECK_TRIES judgment above: the same
+/// procedure passes no probe whose topology check is switched off
+/// (`--only capacity,activity`) on the stacked pair. Every run must fail,
+/// on the stacking and nothing it measured still: three tries cannot make
+/// a blind probe pass.
+#[test]
+fn best_of_checks_fails_a_probe_blind_to_stacking() {
+    let _guard = common::serial();
+    let shipped = std::fs::read_to_string(layout("stacked-pair")).unwrap();
+    assert!(!shipped.contains("[check]"), "the control replaces the check");
+    let dir = common::TempDir::new("blind-probe");
+    let blind = dir.0.join("stacked-pair-blind.toml");
+    std::fs::write(
+        &blind,
+        format!(
+            "{shipped}\n[check]\ncommand = \"vsched probe --json --duration 1s --heavy 200ms \
+             --min-episode 2ms --only capacity,activity\"\n"
+        ),
+    )
+    .unwrap();
+    let name = blind.to_str().unwrap();
+    let r = best_of_checks(name);
+    assert_eq!(r["pass"], false, "a probe blind to stacking passed: {r:#}");
+    let failed = failed_items(&r);
+    assert!(
+        failed.iter().any(|f| f.contains("stacking groups")),
+        "it failed on the stacking: {failed:?}"
+    );
 }
 
 /// Bandwidth caps through cgroup v2 (threaded cgroups, cpu.max), as on an
