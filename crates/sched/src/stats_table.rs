@@ -123,4 +123,12 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "idle_starved",
         "SCHED_IDLE tasks run ahead of normal work after waiting 1 s (starvation guard)",
     ),
+    (
+        "queued_elsewhere",
+        "of queued_normal: queued for another vCPU than its own, which fewer normal tasks shared (or its own was hidden)",
+    ),
+    (
+        "stolen",
+        "normal tasks a vCPU with an empty queue took from another vCPU's queue",
+    ),
 ];

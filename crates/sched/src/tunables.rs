@@ -56,6 +56,12 @@ pub struct Tunables {
     #[arg(long = "ivh-beats-only", action = clap::ArgAction::SetFalse, hide = true)]
     pub ivh_at_tick: bool,
 
+    /// One queue of waiting tasks for all vCPUs instead of one per vCPU
+    /// (a waiting task then runs on whichever vCPU asks first, and threads
+    /// that block often change vCPUs at almost every wake-up)
+    #[arg(long = "shared-queue", action = clap::ArgAction::SetFalse)]
+    pub per_vcpu_queues: bool,
+
     /// Heartbeat period on busy vCPUs that the probe saw lose more than 5%
     /// of their time: two missed beats are an inactive episode (IVH's
     /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
@@ -95,6 +101,7 @@ impl Tunables {
         rodata.ivh_enabled = self.ivh;
         rodata.ivh_activity_aware = self.ivh_activity_aware;
         rodata.ivh_at_tick = self.ivh_at_tick;
+        rodata.per_vcpu_queues = self.per_vcpu_queues;
         rodata.beat_ns = self.beat_ns;
         rodata.inject_error_after_ns = self.inject_error_after_ns;
     }
@@ -122,6 +129,7 @@ impl Default for Tunables {
             ivh: true,
             ivh_activity_aware: true,
             ivh_at_tick: true,
+            per_vcpu_queues: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,
         }

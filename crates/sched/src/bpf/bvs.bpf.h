@@ -3,10 +3,7 @@
  * BVS: latency-sensitive tasks (declared, or running briefly per wake-up)
  * onto low-latency vCPUs that are idle, or active with time left.
  *
- * Included once by main.bpf.c, in dependency order (state, idle,
- * capacity, bvs, ivh, heartbeat): the scheduler stays one translation
- * unit, so each part's helpers inline where the verifier checks them
- * and the object is what the kernel verified before the split.
+ * Included once by main.bpf.c, which says in what order and why.
  */
 
 /* Tunables (`--no-bvs`, `--bvs-no-state-check`): BVS at all, and

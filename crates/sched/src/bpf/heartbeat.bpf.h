@@ -3,10 +3,7 @@
  * The heartbeat: a per-vCPU timer on busy vCPUs that lose time, whose
  * missed beats are inactive episodes (IVH's rhythm, BVS's state check).
  *
- * Included once by main.bpf.c, in dependency order (state, idle,
- * capacity, bvs, ivh, heartbeat): the scheduler stays one translation
- * unit, so each part's helpers inline where the verifier checks them
- * and the object is what the kernel verified before the split.
+ * Included once by main.bpf.c, which says in what order and why.
  */
 
 /*

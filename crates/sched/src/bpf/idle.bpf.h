@@ -4,10 +4,7 @@
  * VS_IDLE_MAX_WAIT_NS behind normal work) and the vCPU whose SCHED_IDLE
  * work a waking normal task pre-empts.
  *
- * Included once by main.bpf.c, in dependency order (state, idle,
- * capacity, bvs, ivh, heartbeat): the scheduler stays one translation
- * unit, so each part's helpers inline where the verifier checks them
- * and the object is what the kernel verified before the split.
+ * Included once by main.bpf.c, which says in what order and why.
  */
 
 /*

@@ -31,6 +31,10 @@ enum vs_consts {
 	 * own vCPU went idle (measured: the light prober ran 15% of its
 	 * window on an idle vCPU). */
 	VS_DSQ_IDLE_PINNED = 16,
+	/* Each vCPU's queue of normal tasks, id VS_DSQ_NORMAL_ON + cpu
+	 * (queue.bpf.h; VS_DSQ_NORMAL serves the FIFO reference and the
+	 * --shared-queue ablation). */
+	VS_DSQ_NORMAL_ON = VS_DSQ_IDLE_PINNED + VS_MAX_CPUS,
 };
 
 /* What the model says about a vCPU besides its numbers (vcpu_model.flags). */

@@ -3,10 +3,7 @@
  * IVH: a CPU-bound task leaves a vCPU about to be switched off for an
  * idle vCPU that is active (it answered a pre-wake, or it rested).
  *
- * Included once by main.bpf.c, in dependency order (state, idle,
- * capacity, bvs, ivh, heartbeat): the scheduler stays one translation
- * unit, so each part's helpers inline where the verifier checks them
- * and the object is what the kernel verified before the split.
+ * Included once by main.bpf.c, which says in what order and why.
  */
 
 /* Tunables (`--no-ivh`, `--ivh-unaware`, `--ivh-beats-only`):
@@ -118,7 +115,8 @@ static s32 ivh_target(s32 src)
 	/* Normal tasks wanting a vCPU, and vCPUs to give (policy.h
 	 * vs_ivh_vcpu_to_spare); queued tasks may be SCHED_IDLE work on its
 	 * way to run, which errs towards not moving. */
-	u32 wanting = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL), nr_visible = 0;
+	u32 wanting = per_vcpu_queues ? 0 : scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL),
+	    nr_visible = 0;
 	bool vis;
 	s32 cpu;
 
@@ -132,6 +130,8 @@ static s32 ivh_target(s32 src)
 		if (running_normal(cpu))
 			wanting++;
 		wanting += scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
+		if (per_vcpu_queues)
+			wanting += scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL_ON + cpu);
 		if (vis)
 			nr_visible++;
 		if (cpu == src || !vis || host_preempted(cpu) ||

@@ -2,10 +2,12 @@
 /*
  * vsched's sched_ext scheduler.
  *
- * Base policy: weighted virtual time over one shared queue for normal tasks
- * and one for SCHED_IDLE tasks; a waking task goes straight to an idle vCPU
- * when there is one (its previous vCPU first: cross-vCPU wake-ups are the
- * expensive thing in a VM), else it queues and an idle vCPU is kicked.
+ * Base policy: weighted virtual time over one queue of normal tasks per
+ * vCPU (a vCPU with an empty queue takes from the longest other one) and
+ * one shared queue for SCHED_IDLE tasks; a waking task goes straight to an
+ * idle vCPU when there is one (its previous vCPU first: cross-vCPU
+ * wake-ups are the expensive thing in a VM), else it queues on its vCPU
+ * (or a less loaded one) and an idle vCPU is kicked.
  *
  * On top, what vsched's probers measured (struct vcpu_model, written by the
  * loader after every probe report):
@@ -27,7 +29,8 @@
  * holds the sched_ext callbacks; each mechanism's state and helpers are
  * in its own part: state.bpf.h (tunables, maps, vCPU queries), idle.bpf.h
  * (SCHED_IDLE work), capacity.bpf.h (capacity and RWC placement),
- * bvs.bpf.h, ivh.bpf.h and heartbeat.bpf.h.
+ * queue.bpf.h (the normal tasks' queues), bvs.bpf.h, ivh.bpf.h and
+ * heartbeat.bpf.h.
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
@@ -59,9 +62,16 @@ char _license[] SEC("license") = "GPL";
 /* uapi values vmlinux.h does not carry (macros). */
 #define VS_CLOCK_MONOTONIC 1
 #define VS_TIMER_CPU_PIN (1ULL << 1)
+
+/*
+ * The parts, each included once, in dependency order: the scheduler stays
+ * one translation unit, so each part's helpers inline where the verifier
+ * checks them, and the object is the one the kernels were tried with.
+ */
 #include "state.bpf.h"
 #include "idle.bpf.h"
 #include "capacity.bpf.h"
+#include "queue.bpf.h"
 #include "bvs.bpf.h"
 #include "ivh.bpf.h"
 #include "heartbeat.bpf.h"
@@ -135,10 +145,10 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 }
 
 /* Whether `p`, at the end of its slice, is owed its vCPU before every
- * waiting normal task. */
+ * normal task waiting for it. */
 static bool keeps_its_vcpu(struct task_struct *p)
 {
-	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(VS_DSQ_NORMAL);
+	struct task_struct *head = normal_head(scx_bpf_task_cpu(p));
 
 	return !head || vs_keeps_vcpu(p->scx.dsq_vtime, head->scx.dsq_vtime);
 }
@@ -252,9 +262,7 @@ static void enqueue_task(struct task_struct *p, u64 enq_flags)
 	 * CPU-bound threads sharing two vCPUs (found by RWC's control run).
 	 */
 	count(VS_STAT_QUEUED_NORMAL);
-	scx_bpf_dsq_insert_vtime(p, VS_DSQ_NORMAL, slice_ns,
-				 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
-				 enq_flags);
+	queue_normal(p, enq_flags);
 	cpu = find_best_idle(p, 0);
 	if (cpu >= 0) {
 		count(VS_STAT_KICKS);
@@ -291,9 +299,9 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 	}
 	if (visible(cpu)) {
-		if (scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL, 0))
+		if (dispatch_normal(cpu))
 			return;
-	} else if (scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL)) {
+	} else if (scx_bpf_dsq_nr_queued(normal_dsq(cpu))) {
 		count(VS_STAT_HIDDEN_SKIPS);
 	}
 	if (scx_bpf_dsq_move_to_local(VS_DSQ_IDLE_PINNED + cpu, 0))
@@ -414,7 +422,7 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 	/* SCHED_IDLE work waiting does not end the slice unless it
 	 * starves (policy.h): at the end, dispatch would hand it the vCPU
 	 * before the expired task is queued again. */
-	normal_waiting = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL) +
+	normal_waiting = scx_bpf_dsq_nr_queued(normal_dsq(cpu)) +
 			 scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
 	/* A normal task on a visible vCPU, as checked above. */
 	if (!vs_renews_slice(p->scx.slice, 1, 1, normal_waiting,
@@ -493,6 +501,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 		if (cpu >= VS_MAX_CPUS)
 			break;
 		err = scx_bpf_create_dsq(VS_DSQ_IDLE_PINNED + cpu, -1);
+		if (err)
+			return err;
+		err = scx_bpf_create_dsq(VS_DSQ_NORMAL_ON + cpu, -1);
 		if (err)
 			return err;
 	}

@@ -87,6 +87,18 @@ static inline int vs_keeps_vcpu(u64 task_vtime, u64 head_vtime)
 }
 
 /*
+ * Whether a task about to wait leaves the queue of its vCPU (`here_load`
+ * normal tasks to share it with, itself not counted) for another vCPU's
+ * (`there_load`): only when fewer share that one, so that waiting tasks
+ * even out over the vCPUs; at equal loads it stays where its cache is
+ * warm and where its waker or its last run put it.
+ */
+static inline int vs_queue_moves(u32 here_load, u32 there_load)
+{
+	return there_load < here_load;
+}
+
+/*
  * Whether a task whose slice ran out at the tick runs on with a new slice
  * instead of going through the slice end (stopping, enqueue, running):
  * only when that end could only keep it, as no normal task waits for its

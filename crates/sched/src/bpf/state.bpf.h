@@ -5,10 +5,7 @@
  * the questions about a vCPU that more than one policy asks (is it
  * visible to RWC, its score, what it runs now).
  *
- * Included once by main.bpf.c, in dependency order (state, idle,
- * capacity, bvs, ivh, heartbeat): the scheduler stays one translation
- * unit, so each part's helpers inline where the verifier checks them
- * and the object is what the kernel verified before the split.
+ * Included once by main.bpf.c, which says in what order and why.
  */
 
 /*

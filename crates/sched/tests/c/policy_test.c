@@ -159,6 +159,14 @@ int main(void)
 	CHECK(vs_keeps_vcpu(99, 100));
 	CHECK(!vs_keeps_vcpu(101, 100));
 
+	/* A waiting task leaves its vCPU's queue only for one fewer tasks
+	 * share: at equal loads it stays where its cache is warm. */
+	CHECK(vs_queue_moves(2, 1));
+	CHECK(vs_queue_moves(1, 0));
+	CHECK(!vs_queue_moves(1, 1));
+	CHECK(!vs_queue_moves(0, 0));
+	CHECK(!vs_queue_moves(1, 2));
+
 	/* A slice is renewed at the tick only where its end could only keep
 	 * the task. */
 	CHECK(vs_renews_slice(0, 1, 1, 0, 0, 0, 0));

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The normal tasks' queues: one per vCPU, in weighted virtual time. A task
+ * that must wait waits on the vCPU it last ran on (or was woken on), and
+ * runs there next; a vCPU with nothing of its own takes the head of the
+ * longest other queue. A shared queue handed each waiting task to
+ * whichever vCPU asked first, so threads that block and wake often
+ * crossed vCPUs at almost every wake-up (30,000 migrations per 20,000
+ * condvar operations at 8 threads on 2 vCPUs, against 15 under the
+ * kernel's default), each a cold cache and, under emulation, a cross-vCPU
+ * wake-up.
+ *
+ * Included once by main.bpf.c, which says in what order and why.
+ */
+
+/* Tunable (`--shared-queue`, the ablation): one queue for all vCPUs. */
+const volatile bool per_vcpu_queues = true;
+
+/* The normal queue `cpu` runs first. */
+static u64 normal_dsq(s32 cpu)
+{
+	return per_vcpu_queues ? VS_DSQ_NORMAL_ON + cpu : VS_DSQ_NORMAL;
+}
+
+/* Normal tasks `p` would share `cpu` with if it waited there: those
+ * queued for it and the one it runs now, unless that is `p` (at its slice
+ * end the vCPU still names it). */
+static u32 normal_load(s32 cpu, const struct task_struct *p)
+{
+	struct vcpu_live *l = live_of(cpu);
+	bool runs_other = l && l->curr_pid && !l->curr_idle_policy &&
+			  l->curr_pid != p->pid;
+
+	return scx_bpf_dsq_nr_queued(normal_dsq(cpu)) +
+	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) + runs_other;
+}
+
+/*
+ * The vCPU whose queue `p` waits in: `cur` (where it ran, or where the
+ * wake-up put it) unless another visible vCPU it may use has fewer normal
+ * tasks to share (policy.h vs_queue_moves), the strongest of the least
+ * loaded; off a hidden `cur`, always the least loaded visible one.
+ */
+static s32 queue_home(struct task_struct *p, s32 cur)
+{
+	bool cur_visible = visible(cur);
+	u32 cur_load = cur_visible ? normal_load(cur, p) : (u32)-1;
+	u32 best_load = cur_load, best_score = 0;
+	s32 best = cur, cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		u32 load, s;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (cpu == cur || !visible(cpu) ||
+		    !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		load = normal_load(cpu, p);
+		s = score(cpu);
+		if (load < best_load || (load == best_load && best != cur && s > best_score)) {
+			best = cpu;
+			best_load = load;
+			best_score = s;
+		}
+	}
+	if (best != cur && cur_visible && !vs_queue_moves(cur_load, best_load))
+		return cur;
+	return best;
+}
+
+/* Queues `p` to wait for a vCPU (see the file's comment); returns the vCPU
+ * whose queue took it. */
+static s32 queue_normal(struct task_struct *p, u64 enq_flags)
+{
+	s32 home = per_vcpu_queues ? queue_home(p, scx_bpf_task_cpu(p)) : 0;
+
+	if (per_vcpu_queues && home != scx_bpf_task_cpu(p))
+		count(VS_STAT_QUEUED_ELSEWHERE);
+	scx_bpf_dsq_insert_vtime(p, normal_dsq(home), slice_ns,
+				 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
+				 enq_flags);
+	return home;
+}
+
+/*
+ * Runs the next normal task on visible `cpu`: its own queue's head, else
+ * the head of the longest other queue (a hidden vCPU's included: RWC hid
+ * it after the task queued there).
+ */
+static bool dispatch_normal(s32 cpu)
+{
+	u32 most = 0;
+	s32 from = -1, other;
+
+	if (scx_bpf_dsq_move_to_local(normal_dsq(cpu), 0))
+		return true;
+	if (!per_vcpu_queues)
+		return false;
+	bpf_for(other, 0, nr_cpus) {
+		u32 n;
+
+		if (other >= VS_MAX_CPUS)
+			break;
+		if (other == cpu)
+			continue;
+		n = scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL_ON + other);
+		if (n > most) {
+			most = n;
+			from = other;
+		}
+	}
+	if (from < 0 || !scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL_ON + from, 0))
+		return false;
+	count(VS_STAT_STOLEN);
+	return true;
+}
+
+/* Whether a normal task waits in the queue `cpu` runs first. */
+static struct task_struct *normal_head(s32 cpu)
+{
+	return __COMPAT_scx_bpf_dsq_peek(normal_dsq(cpu));
+}
