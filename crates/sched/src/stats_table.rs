@@ -129,6 +129,7 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
     ),
     (
         "stolen",
-        "normal tasks a vCPU with an empty queue took from another vCPU's queue",
+        "normal tasks a vCPU with an empty queue took from another vCPU's queue (or from a hidden vCPU's)",
     ),
+
 ];

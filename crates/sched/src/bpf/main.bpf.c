@@ -150,6 +150,8 @@ static bool keeps_its_vcpu(struct task_struct *p)
 {
 	struct task_struct *head = normal_head(scx_bpf_task_cpu(p));
 
+	if (orphans_on() >= 0)
+		return false;
 	return !head || vs_keeps_vcpu(p->scx.dsq_vtime, head->scx.dsq_vtime);
 }
 
@@ -422,8 +424,7 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 	/* SCHED_IDLE work waiting does not end the slice unless it
 	 * starves (policy.h): at the end, dispatch would hand it the vCPU
 	 * before the expired task is queued again. */
-	normal_waiting = scx_bpf_dsq_nr_queued(normal_dsq(cpu)) +
-			 scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu);
+	normal_waiting = normal_waiting_for(cpu);
 	/* A normal task on a visible vCPU, as checked above. */
 	if (!vs_renews_slice(p->scx.slice, 1, 1, normal_waiting,
 			     idle_starving_on(cpu),

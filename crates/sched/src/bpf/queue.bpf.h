@@ -84,19 +84,45 @@ static s32 queue_normal(struct task_struct *p, u64 enq_flags)
 }
 
 /*
- * Runs the next normal task on visible `cpu`: its own queue's head, else
- * the head of the longest other queue (a hidden vCPU's included: RWC hid
- * it after the task queued there).
+ * A hidden vCPU whose queue still holds normal tasks (queued there before
+ * RWC hid it), or -1. A hidden vCPU runs no normal task, so every visible
+ * one takes such orphans before its own: left to stealing alone, they
+ * waited while the visible vCPUs kept their own tasks, up to sched_ext's
+ * watchdog.
+ */
+static s32 orphans_on(void)
+{
+	s32 cpu;
+
+	if (!per_vcpu_queues)
+		return -1;
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (!visible(cpu) && scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL_ON + cpu))
+			return cpu;
+	}
+	return -1;
+}
+
+/*
+ * Runs the next normal task on visible `cpu`: a hidden vCPU's orphan,
+ * else its own queue's head, else the head of the longest other queue.
  */
 static bool dispatch_normal(s32 cpu)
 {
+	s32 from = orphans_on(), other;
 	u32 most = 0;
-	s32 from = -1, other;
 
+	if (from >= 0 && scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL_ON + from, 0)) {
+		count(VS_STAT_STOLEN);
+		return true;
+	}
 	if (scx_bpf_dsq_move_to_local(normal_dsq(cpu), 0))
 		return true;
 	if (!per_vcpu_queues)
 		return false;
+	from = -1;
 	bpf_for(other, 0, nr_cpus) {
 		u32 n;
 
@@ -116,8 +142,18 @@ static bool dispatch_normal(s32 cpu)
 	return true;
 }
 
-/* Whether a normal task waits in the queue `cpu` runs first. */
+/* The first normal task waiting in the queue `cpu` runs first (NULL:
+ * none). */
 static struct task_struct *normal_head(s32 cpu)
 {
 	return __COMPAT_scx_bpf_dsq_peek(normal_dsq(cpu));
+}
+
+/* Normal tasks waiting for visible `cpu`: in its own queues, and any
+ * orphan of a hidden vCPU (dispatch_normal takes those first). */
+static u32 normal_waiting_for(s32 cpu)
+{
+	return scx_bpf_dsq_nr_queued(normal_dsq(cpu)) +
+	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) +
+	       (orphans_on() >= 0);
 }
