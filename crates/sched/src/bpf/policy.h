@@ -102,8 +102,8 @@ static inline int vs_queue_moves(u32 here_load, u32 there_load)
  * Whether a task whose slice ran out at the tick runs on with a new slice
  * instead of going through the slice end (stopping, enqueue, running):
  * only when that end could only keep it, as no normal task waits for its
- * vCPU (in the shared queue or its local one), no visible vCPU it may use
- * is idle and no IVH move of it is pending. SCHED_IDLE work waiting does
+ * vCPU (in its own queues, or left by a hidden vCPU), no visible vCPU it
+ * may use is idle and no IVH move of it is pending. SCHED_IDLE work waiting does
  * not end the slice unless it starves: it gets idle cycles only, as under
  * the kernel's default (weight 3 against 1024), plus the starvation
  * guard's slice. Measured before this rule with the probers and IVH off,
