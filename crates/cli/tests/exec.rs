@@ -10,7 +10,6 @@ use std::process::Command;
 
 const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 
-
 /// Eight threads on a mutex and a condition-variable token ring: waits are
 /// certain, and a wrong runtime shows up as a wrong total or a hang.
 const PROGRAM: &str = r#"

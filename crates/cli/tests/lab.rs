@@ -163,7 +163,10 @@ fn assert_passes(name: &str, r: &Value) {
 fn best_of_checks_fails_a_probe_blind_to_stacking() {
     let _guard = common::serial();
     let shipped = std::fs::read_to_string(layout("stacked-pair")).unwrap();
-    assert!(!shipped.contains("[check]"), "the control replaces the check");
+    assert!(
+        !shipped.contains("[check]"),
+        "the control replaces the check"
+    );
     let dir = common::TempDir::new("blind-probe");
     let blind = dir.0.join("stacked-pair-blind.toml");
     std::fs::write(

@@ -168,8 +168,7 @@ pub struct TempDir(pub std::path::PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("vsched-test-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("vsched-test-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
