@@ -194,35 +194,50 @@ fn slices_are_renewed_at_the_tick_only_where_no_vcpu_is_idle() {
 /// vCPUs, which is why the IVH test's control was that slow there), and
 /// 4.0-6.1x in the FIFO reference mode on 6.16.12, 6.18.15 and 7.2.13
 /// (the build before the fix, in this test's guest). Fixed: 1.15-1.2x.
+///
+/// Each variant runs LONE_THREAD_RUNS times in one guest and its fastest
+/// run is judged: the bug slows every run, a host disturbance one (CI
+/// once read 0.64 s for FIFO mode on 6.16.12 where four guests then read
+/// 0.31-0.33 s). The control, the build before the fix (3d92e07) through
+/// the same procedure (2026-11-28): on 6.16.12 fastest runs of 2.3x
+/// (vsched) and 6.8x (FIFO mode); on 7.2.13 1.1x and 4.0x. FIFO mode's
+/// bound fails it on both.
 #[test]
 fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
     let _guard = common::serial();
     // About 0.3-0.6 s under TCG at the default's speed.
     let work = 200_000_000;
-    let cmd = format!(
+    let round = format!(
         "schedbench cpu 1 {work} | sed 's/^/default /'; \
          vsched sched -q -- schedbench cpu 1 {work} | sed 's/^/vsched /'; \
-         vsched sched -q --reference-fifo -- schedbench cpu 1 {work} | sed 's/^/fifo /'"
+         vsched sched -q --reference-fifo -- schedbench cpu 1 {work} | sed 's/^/fifo /'; "
     );
     let guest = layout_with_schedbench("sched/two-free");
-    let out = run_in_guest(&guest, &[&cmd]);
+    let out = run_in_guest(&guest, &[&round.repeat(LONE_THREAD_RUNS)]);
     let (_, text) = &out[0];
-    let elapsed = |marker: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{marker} elapsed_s ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {marker} elapsed_s line: {text}"))
+    let fastest = |marker: &str| -> f64 {
+        let runs: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{marker} elapsed_s ")))
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        assert_eq!(runs.len(), LONE_THREAD_RUNS, "{marker} runs: {text}");
+        runs.into_iter().fold(f64::INFINITY, f64::min)
     };
-    let default = elapsed("default");
+    let default = fastest("default");
     for marker in ["vsched", "fifo"] {
-        let took = elapsed(marker);
-        println!("{marker}: {took:.2} s, default {default:.2} s");
+        let took = fastest(marker);
+        println!("{marker}: {took:.2} s, default {default:.2} s (fastest runs)");
         assert!(
             took <= LONE_THREAD_MAX_SLOWDOWN * default,
-            "{marker}: the thread took {took:.2} s against {default:.2} s under the default: {text}"
+            "{marker}: the thread took {took:.2} s at best against {default:.2} s under the \
+             default: {text}"
         );
     }
 }
+
+/// Runs of each variant in the lone-thread test's guest (see there).
+const LONE_THREAD_RUNS: usize = 3;
 
 /// How much longer a lone CPU-bound thread may take under vsched than under
 /// the default: with the bug 3.9x or more (above); fixed, 1.15-1.2x.
