@@ -19,23 +19,6 @@ const VSCHED: &str = env!("CARGO_BIN_EXE_vsched");
 /// pbzip2 cut 128 KiB and 900 KB blocks), small enough for a second or two.
 const INPUT_BYTES: usize = 12 << 20;
 
-/// A directory of its own, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!("vsched-real-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The benchmark's generated text (the same bytes on every run).
 fn input(dir: &Path) -> PathBuf {
     let path = dir.join("input.txt");
@@ -127,7 +110,7 @@ fn thread_counts() -> [usize; 2] {
 #[test]
 fn compressors_give_the_same_bytes_under_vsched_exec() {
     let _guard = common::serial();
-    let scratch = Scratch::new();
+    let scratch = common::TempDir::new("real");
     let input = input(&scratch.0);
     let file = input.to_str().unwrap();
     for program in ["xz", "zstd", "pigz", "pbzip2"] {
@@ -172,7 +155,7 @@ fn compressors_give_the_same_bytes_under_vsched_exec() {
 fn sqlite_answers_the_same_under_vsched_exec() {
     let _guard = common::serial();
     require("sqlite3");
-    let scratch = Scratch::new();
+    let scratch = common::TempDir::new("real");
     let script = scratch.0.join("q.sql");
     std::fs::write(
         &script,
@@ -198,7 +181,7 @@ fn sqlite_answers_the_same_under_vsched_exec() {
 #[test]
 fn an_openmp_program_computes_the_same_under_vsched_exec() {
     let _guard = common::serial();
-    let scratch = Scratch::new();
+    let scratch = common::TempDir::new("real");
     let exe = scratch.0.join("openmp_wait");
     let source = format!("{}/../bench/c/openmp_wait.c", env!("CARGO_MANIFEST_DIR"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
