@@ -58,20 +58,20 @@ static s32 queue_home(struct task_struct *p, s32 cur)
 			continue;
 		load = normal_load(cpu, p);
 		s = score(cpu);
-		if (load < best_load || (load == best_load && best != cur && s > best_score)) {
+		/* Off `cur` only for fewer tasks to share; among the
+		 * others, the least loaded and then the strongest. */
+		if (vs_queue_moves(best_load, load) ||
+		    (load == best_load && best != cur && s > best_score)) {
 			best = cpu;
 			best_load = load;
 			best_score = s;
 		}
 	}
-	if (best != cur && cur_visible && !vs_queue_moves(cur_load, best_load))
-		return cur;
 	return best;
 }
 
-/* Queues `p` to wait for a vCPU (see the file's comment); returns the vCPU
- * whose queue took it. */
-static s32 queue_normal(struct task_struct *p, u64 enq_flags)
+/* Queues `p` to wait for a vCPU (see the file's comment). */
+static void queue_normal(struct task_struct *p, u64 enq_flags)
 {
 	s32 home = per_vcpu_queues ? queue_home(p, scx_bpf_task_cpu(p)) : 0;
 
@@ -80,7 +80,6 @@ static s32 queue_normal(struct task_struct *p, u64 enq_flags)
 	scx_bpf_dsq_insert_vtime(p, normal_dsq(home), slice_ns,
 				 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
 				 enq_flags);
-	return home;
 }
 
 /*
