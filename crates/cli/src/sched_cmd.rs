@@ -220,12 +220,14 @@ pub fn run(args: SchedArgs) -> Result<u8> {
 /// for it), and with -v what loading it cost.
 fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
     eprintln!(
-        "vsched sched: loaded on {} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, probers {})",
+        "vsched sched: loaded on {} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, consolidation {}, \
+         probers {})",
         session.nr_cpus(),
         on_off(t.rwc),
         on_off(t.capacity),
         on_off(t.bvs),
         on_off(t.ivh),
+        on_off(t.consolidate),
         on_off(!args.no_probe)
     );
     if args.verbose {

@@ -131,5 +131,33 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "stolen",
         "normal tasks a vCPU with an empty queue took from another vCPU's queue (or from a hidden vCPU's)",
     ),
+    (
+        "parked",
+        "consolidation: trials that parked a vCPU (normal tasks kept off it), the active set having idled more than 10% of a period",
+    ),
+    (
+        "trials_widened",
+        "consolidation: trials that gave a parked vCPU back, the active set having been saturated (95%) for a period",
+    ),
+    (
+        "trials_undone",
+        "consolidation: trials undone, the normal tasks' wake-up rate (their progress) having fallen by more than 5% (narrowing) or not risen by 5% (widening)",
+    ),
+    (
+        "unparked",
+        "consolidation: parked vCPUs given back at once, outside trials: a task that runs long per wake-up had to wait (or no active vCPU was left that a task may use)",
+    ),
+    (
+        "consolidate_periods",
+        "consolidation: 100 ms periods the active set was measured over",
+    ),
+    (
+        "active_vcpu_periods",
+        "consolidation: the active set's size summed over those periods (this over consolidate_periods: the mean number of active vCPUs)",
+    ),
+    (
+        "active_busy_us",
+        "consolidation: microseconds the active set ran normal tasks over those periods (its demand; over active_vcpu_periods x 100,000: its utilisation)",
+    ),
 
 ];

@@ -62,6 +62,17 @@ pub struct Tunables {
     #[arg(long = "shared-queue", action = clap::ArgAction::SetFalse)]
     pub per_vcpu_queues: bool,
 
+    /// Keep every vCPU RWC leaves usable open to normal tasks, instead of
+    /// as few as their work needs (Gleaner's consolidation off: threads
+    /// that block and wake often then keep halting and waking vCPUs)
+    #[arg(long = "no-consolidate", action = clap::ArgAction::SetFalse)]
+    pub consolidate: bool,
+
+    /// Wake a task on an idle vCPU even when its waker is about to wait,
+    /// instead of on the waker's vCPU (Gleaner's local wake-up off)
+    #[arg(long = "no-local-wake", action = clap::ArgAction::SetFalse)]
+    pub local_wake: bool,
+
     /// Heartbeat period on busy vCPUs that the probe saw lose more than 5%
     /// of their time: two missed beats are an inactive episode (IVH's
     /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
@@ -102,6 +113,8 @@ impl Tunables {
         rodata.ivh_activity_aware = self.ivh_activity_aware;
         rodata.ivh_at_tick = self.ivh_at_tick;
         rodata.per_vcpu_queues = self.per_vcpu_queues;
+        rodata.consolidate_enabled = self.consolidate;
+        rodata.local_wake_enabled = self.local_wake;
         rodata.beat_ns = self.beat_ns;
         rodata.inject_error_after_ns = self.inject_error_after_ns;
     }
@@ -130,6 +143,8 @@ impl Default for Tunables {
             ivh_activity_aware: true,
             ivh_at_tick: true,
             per_vcpu_queues: true,
+            consolidate: true,
+            local_wake: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,
         }

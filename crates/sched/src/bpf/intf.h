@@ -118,6 +118,14 @@ struct vcpu_live {
 	u64 ivh_asked_gaps;
 	/* When the vCPU last went idle (0: busy). */
 	u64 idle_since_ns;
+	/* Consolidation's demand: normal tasks' run time here not yet
+	 * counted by its period timer, and when the normal task running now
+	 * started or was last counted (0: none runs). */
+	u64 normal_busy_ns;
+	u64 normal_run_start_ns;
+	/* Consolidation parked this vCPU: no normal task is placed here. */
+	u32 parked;
+	u32 pad;
 };
 
 /*

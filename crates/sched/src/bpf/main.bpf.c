@@ -29,7 +29,8 @@
  * holds the sched_ext callbacks; each mechanism's state and helpers are
  * in its own part: state.bpf.h (tunables, maps, vCPU queries), idle.bpf.h
  * (SCHED_IDLE work), capacity.bpf.h (capacity and RWC placement),
- * queue.bpf.h (the normal tasks' queues), bvs.bpf.h, ivh.bpf.h and
+ * queue.bpf.h (the normal tasks' queues), consolidate.bpf.h (Gleaner's
+ * consolidation and local wake-ups), bvs.bpf.h, ivh.bpf.h and
  * heartbeat.bpf.h.
  */
 #include <scx/common.bpf.h>
@@ -72,6 +73,7 @@ char _license[] SEC("license") = "GPL";
 #include "idle.bpf.h"
 #include "capacity.bpf.h"
 #include "queue.bpf.h"
+#include "consolidate.bpf.h"
 #include "bvs.bpf.h"
 #include "ivh.bpf.h"
 #include "heartbeat.bpf.h"
@@ -94,27 +96,11 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 	cpu = bvs_select_cpu(p, prev_cpu, wake_flags);
 	if (cpu >= 0)
 		return cpu;
-	/*
-	 * A synchronous wake-up (the waker is about to wait, as in a pipe
-	 * ping-pong): the wakee takes the waker's vCPU when nothing else is
-	 * queued there, rather than waking a halted vCPU (about 40 µs under
-	 * TCG, an IPI and a host wake-up on any hypervisor). Measured: a pipe
-	 * ping-pong pair ran 3x faster this way than by waking prev.
-	 */
-	if (wake_flags & VS_WAKE_SYNC) {
-		s32 waker = bpf_get_smp_processor_id();
-
-		/* Also when the waker runs on the wakee's own prev: the pair
-		 * then stays together instead of crossing vCPUs every other
-		 * hop. */
-		if (bpf_cpumask_test_cpu(waker, p->cpus_ptr) && visible(waker) &&
-		    (waker == prev_cpu ||
-		     vs_keep_prev(score(waker), score(prev_cpu))) &&
-		    !scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker)) {
-			count(VS_STAT_WAKE_SYNC);
-			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
-			return waker;
-		}
+	cpu = local_wake_cpu(p, prev_cpu, wake_flags);
+	if (cpu >= 0) {
+		count(VS_STAT_WAKE_SYNC);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, 0);
+		return cpu;
 	}
 	if (prev_ok && visible(prev_cpu) && is_idle_now(prev_cpu)) {
 		u32 prev_score = score(prev_cpu);
@@ -264,6 +250,7 @@ static void enqueue_task(struct task_struct *p, u64 enq_flags)
 	 * CPU-bound threads sharing two vCPUs (found by RWC's control run).
 	 */
 	count(VS_STAT_QUEUED_NORMAL);
+	consolidate_before_queueing(p, enq_flags);
 	queue_normal(p, enq_flags);
 	cpu = find_best_idle(p, 0);
 	if (cpu >= 0) {
@@ -345,6 +332,8 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	}
 	if (tc)
 		tc->inactive_mark_ns = l->inactive_seen_ns;
+	if (!l->curr_idle_policy)
+		consolidate_running(l, now);
 	l->curr_short = bvs_enabled && tc && latency_sensitive(tc);
 	start_beating(cpu, l);
 }
@@ -376,6 +365,8 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	if (reference_fifo)
 		return;
 	l = live_of(scx_bpf_task_cpu(p));
+	if (l && !is_idle_task(p))
+		consolidate_stopping(l, bpf_ktime_get_ns());
 	if (!runnable && l)
 		l->curr_pid = 0;
 	tc = ctx_of(p);
@@ -399,6 +390,8 @@ void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *tc;
 	char comm[16] = {};
 
+	if (!is_idle_task(p))
+		consolidate_wakeup();
 	if (!nr_latency_comms || reference_fifo || !(tc = ctx_of(p)))
 		return;
 	/* Checked at every wake-up: a task is renamed by exec after it
@@ -524,7 +517,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 		if (err)
 			return err;
 	}
-	return 0;
+	return consolidate_init();
 }
 
 void BPF_STRUCT_OPS(vsched_exit, struct scx_exit_info *ei)

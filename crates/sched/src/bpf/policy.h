@@ -424,4 +424,66 @@ static inline int vs_handshake_fresh(u64 stamp_ns, u64 now, u64 limit_ns)
 	return stamp_ns != 0 && now >= stamp_ns && now - stamp_ns <= limit_ns;
 }
 
+/*
+ * Consolidation (Gleaner, consolidate.bpf.h). A task that runs less than
+ * this per wake-up gains less from a vCPU of its own than waking an idle
+ * vCPU costs: about three idle-vCPU wake-ups in the lab (81-91 us under
+ * TCG, measured as Gleaner's Table 1) and seven on a KVM host (37 us,
+ * Gleaner's Table 1). Measured in a 2-vCPU lab guest, a 4-thread barrier
+ * whose threads ran about 10 us per round finished in 0.13 s on one vCPU
+ * against 0.21 s on two; at about 95 us per round two vCPUs won, 0.60 s
+ * against 0.77 s.
+ */
+#define VS_SPREAD_RUN_NS 250000ull
+/* Whether a task that must wait asks for another vCPU: it runs long per
+ * wake-up (or has not woken often enough to tell, as BVS counts: a
+ * CPU-bound thread never does). */
+static inline int vs_long_runner(u64 avg_run_ns, u64 run_this_wake_ns, u32 wakes)
+{
+	return wakes < VS_BVS_MIN_WAKES || avg_run_ns >= VS_SPREAD_RUN_NS ||
+	       run_this_wake_ns >= VS_SPREAD_RUN_NS;
+}
+
+/*
+ * Which way the active set may try to move, by its utilisation over a
+ * period (the normal tasks' run time over the active vCPUs' time).
+ * Narrower, while it idles more than 10%: the idle time is what
+ * consolidation would gather. Wider, only when it is saturated (95%).
+ * Run time alone does not say that fewer vCPUs would do: under
+ * emulation a 4-thread barrier read 52% busy on two vCPUs and still ran
+ * 1.8x faster on one (the wake-ups across vCPUs are run time too), so a
+ * move is a trial that the program's progress confirms (vs_trial_keeps).
+ */
+#define VS_NARROW_BELOW_PERCENT 90u
+#define VS_SATURATED_PERCENT 95u
+static inline int vs_may_narrow(u64 busy_ns, u32 active, u64 period_ns)
+{
+	return active > 1 &&
+	       busy_ns * 100 < (u64)active * period_ns * VS_NARROW_BELOW_PERCENT;
+}
+
+static inline int vs_saturated(u64 busy_ns, u32 active, u64 period_ns)
+{
+	return active > 0 &&
+	       busy_ns * 100 >= (u64)active * period_ns * VS_SATURATED_PERCENT;
+}
+
+/*
+ * Whether a trial move of the active set is kept, by the normal tasks'
+ * wake-ups over equal windows before and after it (a blocking program's
+ * rounds, items or requests: its progress; a CPU-bound program widens by
+ * vs_long_runner instead). A narrower set is kept unless progress fell
+ * by more than 5%: it frees a vCPU for the host; a wider one only if it
+ * gained 5%, or if no task woke at all before it (saturated by work that
+ * never blocks, which a wider set serves). The 5% margin is above the window-to-window scatter of a
+ * steady barrier program in the lab (2-3%).
+ */
+#define VS_TRIAL_MARGIN_PERCENT 5u
+static inline int vs_trial_keeps(u64 before, u64 after, int narrowed)
+{
+	if (narrowed)
+		return after * 100 >= before * (100 - VS_TRIAL_MARGIN_PERCENT);
+	return after * 100 >= before * (100 + VS_TRIAL_MARGIN_PERCENT);
+}
+
 #endif /* VSCHED_POLICY_H */

@@ -129,13 +129,18 @@ struct {
 /* The normal queue's clock: the largest virtual time that started running. */
 static u64 vtime_now;
 
-static void count(enum vs_stat which)
+static void count_n(enum vs_stat which, u64 by)
 {
 	u32 key = which;
 	u64 *n = bpf_map_lookup_elem(&stats, &key);
 
 	if (n)
-		(*n)++;
+		*n += by;
+}
+
+static void count(enum vs_stat which)
+{
+	count_n(which, 1);
 }
 
 static const struct vcpu_model *model_of(s32 cpu)
@@ -169,11 +174,34 @@ static bool host_preempted(s32 cpu)
 	return st && (st->preempted & 1);
 }
 
-static bool visible(s32 cpu)
+/* Whether RWC leaves `cpu` to normal tasks. */
+static bool rwc_usable(s32 cpu)
 {
 	const struct vcpu_model *m = model_of(cpu);
 
 	return !m || vs_visible(m, rwc_enabled);
+}
+
+/* vCPUs consolidation parked now (consolidate.bpf.h: vcpu_live.parked). */
+static u32 nr_parked;
+
+/* Whether consolidation parked `cpu` (RWC leaves it usable, but normal
+ * tasks are kept off it for now). */
+static bool is_parked(s32 cpu)
+{
+	struct vcpu_live *l;
+
+	if (!nr_parked)
+		return false;
+	l = live_of(cpu);
+	return l && l->parked;
+}
+
+/* Whether normal tasks may be placed on `cpu`: RWC leaves it usable and
+ * consolidation has not parked it. */
+static bool visible(s32 cpu)
+{
+	return !is_parked(cpu) && rwc_usable(cpu);
 }
 
 static u32 score(s32 cpu)

@@ -255,6 +255,30 @@ int main(void)
 	CHECK(vs_model_rhythm_ns(5000, 0) == 0);  /* not measured */
 	CHECK(vs_model_rhythm_ns(5000, 1000) == 0); /* loses no time */
 
+	/* Consolidation: only long runs ask for another vCPU... */
+	CHECK(vs_long_runner(0, 0, 0));               /* not known yet */
+	CHECK(vs_long_runner(0, 0, 7));
+	CHECK(vs_long_runner(0, 3 * MS, 8));          /* CPU-bound now */
+	CHECK(vs_long_runner(VS_SPREAD_RUN_NS, 0, 8));
+	CHECK(!vs_long_runner(10000, 10000, 8));      /* a barrier's 10 us */
+	/* ... the set tries to narrow while it idles, to widen when full... */
+	CHECK(vs_may_narrow(100 * MS, 2, 100 * MS));  /* 50% busy */
+	CHECK(!vs_may_narrow(190 * MS, 2, 100 * MS)); /* 95% */
+	CHECK(!vs_may_narrow(0, 1, 100 * MS));        /* never below one */
+	CHECK(vs_saturated(96 * MS, 1, 100 * MS));
+	CHECK(!vs_saturated(90 * MS, 1, 100 * MS));
+	CHECK(!vs_saturated(0, 0, 100 * MS));
+	/* ... and a trial stays if progress allows. */
+	CHECK(vs_trial_keeps(1000, 960, 1));          /* narrower, -4% */
+	CHECK(!vs_trial_keeps(1000, 940, 1));         /* narrower, -6% */
+	CHECK(vs_trial_keeps(1000, 1060, 0));         /* wider, +6% */
+	CHECK(!vs_trial_keeps(1000, 1040, 0));        /* wider, +4% */
+	CHECK(!vs_trial_keeps(1000, 1000, 0));        /* wider, no gain */
+	/* No wake-ups at all: saturated by work that never blocks, which
+	 * a wider set serves; a narrower one changed nothing measurable. */
+	CHECK(vs_trial_keeps(0, 0, 0));
+	CHECK(vs_trial_keeps(0, 0, 1));
+
 	if (failures)
 		return 1;
 	printf("policy: all checks passed\n");

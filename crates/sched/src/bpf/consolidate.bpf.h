@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Gleaner's two mechanisms (../shared/seeds/gleaner-idleness-consolidation.txt).
+ *
+ * Consolidation: normal tasks run on as few vCPUs as their work needs.
+ * Every time a thread blocks, its vCPU may halt, and every wake-up of a
+ * thread on a halted vCPU costs an IPI and the host's rescheduling of
+ * that vCPU (Gleaner's Table 1: 37 us in a VM against 8 us natively; 81-91
+ * us in a 2-vCPU lab guest). Where the tasks run only briefly between
+ * blocks, fewer vCPUs kept busy finish sooner than more that keep halting.
+ * The vCPUs left out are "parked": visible() treats them as RWC's hidden
+ * ones (no normal task is placed or queued there, their queued tasks are
+ * taken by the others), and they still run SCHED_IDLE work and bound
+ * tasks.
+ *
+ * A period timer moves the set by trials: while the active vCPUs idle, it
+ * parks the weakest and keeps it parked unless the normal tasks' wake-up
+ * rate (the blocking program's progress) then falls; while they are
+ * saturated, it un-parks the strongest parked vCPU and keeps it only if
+ * that rate rises (policy.h vs_may_narrow, vs_saturated, vs_trial_keeps).
+ * A failed trial doubles the wait before the next one. Apart from the
+ * trials, a task that runs long per wake-up and must wait widens the set
+ * at once (vs_long_runner): CPU-bound work never waits for a period.
+ *
+ * Local wake-ups: a synchronous wake-up (the waker is about to wait) puts
+ * the wakee on the waker's vCPU instead of waking a halted one.
+ *
+ * Included once by main.bpf.c, which says in what order and why.
+ */
+
+/* Tunables (`--no-consolidate`, `--no-local-wake`). */
+const volatile bool consolidate_enabled = true;
+const volatile bool local_wake_enabled = true;
+
+/*
+ * How often the demand is read: 100 ms (Gleaner's daemon's scale).
+ * Shorter periods read a barrier's phases as demand swings.
+ */
+#define VS_CONSOLIDATE_PERIOD_NS 100000000ULL
+/*
+ * A trial compares VS_TRIAL_PERIODS periods of progress before the move
+ * with as many after it, the period of the move itself left out (its
+ * tasks are still settling): a set too wide is narrowed within about
+ * half a second.
+ */
+#define VS_TRIAL_PERIODS 2
+/* Waits between trials: after a success, one period of VS_TRIAL_PERIODS;
+ * doubled at each failure, up to 10 s (a failed trial costs at most its
+ * two periods in 10 s: 2%). */
+#define VS_TRIAL_BACKOFF_MIN_NS (VS_TRIAL_PERIODS * VS_CONSOLIDATE_PERIOD_NS)
+#define VS_TRIAL_BACKOFF_MAX_NS 10000000000ULL
+
+struct consolidate_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct consolidate_timer);
+} consolidate_timers SEC(".maps");
+
+/*
+ * The timer's scratch, kept in a map rather than in locals: values
+ * carried across the vCPU loop in registers made each iteration a state
+ * of its own, and the verifier gave up on the callback.
+ */
+struct consolidate_scan {
+	u64 busy;
+	u32 active;
+	s32 weakest;
+	u32 weakest_score;
+};
+
+/*
+ * The trials' state, written by the timer (and cleared by a long
+ * runner's widening): the vCPU the trial moved (-1: no trial), which
+ * way, its age in periods, the progress before it and so far after it,
+ * the last periods' progress, and the wait before the next trial.
+ */
+struct consolidate_trial {
+	s32 cpu;
+	u32 narrowed;
+	u32 age;
+	u32 steady;
+	u64 before;
+	u64 after;
+	u64 recent[VS_TRIAL_PERIODS];
+	u64 wakeups_seen;
+	u64 not_before_ns;
+	u64 backoff_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct consolidate_trial);
+} consolidate_trials SEC(".maps");
+
+/* Normal tasks' wake-ups since loading: the progress trials compare. */
+static u64 normal_wakeups;
+
+static struct consolidate_trial *trial_state(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&consolidate_trials, &zero);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct consolidate_scan);
+} consolidate_scans SEC(".maps");
+
+/* Parks or un-parks `cpu`; whether it changed. */
+static bool set_parked(s32 cpu, bool parked)
+{
+	struct vcpu_live *l = live_of(cpu);
+
+	if (!l || !l->parked == !parked)
+		return false;
+	l->parked = parked;
+	if (parked)
+		__sync_fetch_and_add(&nr_parked, 1);
+	else
+		__sync_fetch_and_sub(&nr_parked, 1);
+	return true;
+}
+
+/*
+ * The strongest parked vCPU RWC leaves usable and `p` (NULL: any task)
+ * may run on, or -1.
+ */
+static s32 strongest_parked(const struct task_struct *p)
+{
+	u32 best_score = 0;
+	s32 best = -1, cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		u32 s;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (!is_parked(cpu) || !rwc_usable(cpu) ||
+		    (p && !bpf_cpumask_test_cpu(cpu, p->cpus_ptr)))
+			continue;
+		s = score(cpu);
+		if (best < 0 || s > best_score) {
+			best = cpu;
+			best_score = s;
+		}
+	}
+	return best;
+}
+
+/* Un-parks the strongest parked vCPU `p` may use; whether there was one. */
+static bool unpark_strongest(const struct task_struct *p)
+{
+	return set_parked(strongest_parked(p), false);
+}
+
+/*
+ * Before `p` is queued (no visible vCPU was idle for it): widens the set
+ * at once when `p` is CPU-bound work that must wait, that is, queued
+ * again at its slice end (`enq_flags` without SCX_ENQ_WAKEUP: others
+ * wait for its vCPU) while it runs long per wake-up, or when no visible
+ * vCPU may run `p` at all. A long runner merely woken waits: widening
+ * for every such wake-up (the probers' own threads among them) undid
+ * each narrowing within a period in the lab.
+ */
+static void consolidate_before_queueing(struct task_struct *p, u64 enq_flags)
+{
+	struct consolidate_trial *t;
+	struct task_ctx *tc;
+	bool wanted = true;
+	s32 cpu;
+
+	if (!consolidate_enabled || !nr_parked)
+		return;
+	tc = ctx_of(p);
+	if (tc && ((enq_flags & VS_ENQ_WAKEUP) ||
+		   !vs_long_runner(tc->avg_run_ns, tc->run_this_wake_ns,
+				   tc->wakes))) {
+		/* Waits on the active set, if it may run there. */
+		bpf_for(cpu, 0, nr_cpus) {
+			if (cpu >= VS_MAX_CPUS)
+				break;
+			if (visible(cpu) && bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+				wanted = false;
+				break;
+			}
+		}
+	}
+	if (!wanted || !unpark_strongest(p))
+		return;
+	count(VS_STAT_UNPARKED);
+	/* The set's demand changed: any trial's comparison is void, and
+	 * the next one waits for steady periods. */
+	t = trial_state();
+	if (t) {
+		t->cpu = -1;
+		t->steady = 0;
+	}
+}
+
+/* A normal task wakes: the progress the trials measure. */
+static void consolidate_wakeup(void)
+{
+	if (consolidate_enabled && !reference_fifo)
+		__sync_fetch_and_add(&normal_wakeups, 1);
+}
+
+/* A normal task starts running on `l`'s vCPU: its run is demand. */
+static void consolidate_running(struct vcpu_live *l, u64 now)
+{
+	l->normal_run_start_ns = now;
+}
+
+/* The normal task on `l`'s vCPU stops. */
+static void consolidate_stopping(struct vcpu_live *l, u64 now)
+{
+	u64 start = l->normal_run_start_ns;
+
+	l->normal_run_start_ns = 0;
+	if (start && now > start)
+		__sync_fetch_and_add(&l->normal_busy_ns, now - start);
+}
+
+/*
+ * Normal work `cpu` ran since the last period, a run still going on
+ * included (its start moves to now). A race with the vCPU's own stopping
+ * can lose or count twice one run's part: one period's reading, no more.
+ */
+static u64 take_busy(s32 cpu, u64 now)
+{
+	struct vcpu_live *l = live_of(cpu);
+	u64 busy, start;
+
+	if (!l)
+		return 0;
+	busy = __sync_lock_test_and_set(&l->normal_busy_ns, 0);
+	start = l->normal_run_start_ns;
+	if (start && now > start) {
+		busy += now - start;
+		l->normal_run_start_ns = now;
+	}
+	return busy;
+}
+
+/* The trial `t` ends: kept, or undone, and the next one scheduled. */
+static void end_trial(struct consolidate_trial *t, u64 now)
+{
+	if (vs_trial_keeps(t->before, t->after, t->narrowed)) {
+		t->backoff_ns = VS_TRIAL_BACKOFF_MIN_NS;
+	} else {
+		set_parked(t->cpu, !t->narrowed);
+		count(VS_STAT_TRIALS_UNDONE);
+		t->backoff_ns = t->backoff_ns * 2 > VS_TRIAL_BACKOFF_MAX_NS ?
+					VS_TRIAL_BACKOFF_MAX_NS :
+					t->backoff_ns * 2;
+	}
+	t->cpu = -1;
+	t->steady = 0;
+	t->not_before_ns = now + t->backoff_ns;
+}
+
+/* One period's step of the trials, the active set measured in `sc`. */
+static void consolidate_period(struct consolidate_scan *sc, u64 now)
+{
+	struct consolidate_trial *t = trial_state();
+	u64 seen = normal_wakeups, progress;
+	s32 cpu;
+
+	if (!t)
+		return;
+	progress = seen - t->wakeups_seen;
+	t->wakeups_seen = seen;
+	if (!t->backoff_ns)
+		t->backoff_ns = VS_TRIAL_BACKOFF_MIN_NS;
+	if (t->cpu >= 0) {
+		/* The move's own period is left out. */
+		if (++t->age > 1)
+			t->after += progress;
+		if (t->age > VS_TRIAL_PERIODS)
+			end_trial(t, now);
+		return;
+	}
+	t->recent[0] = t->recent[1];
+	t->recent[1] = progress;
+	if (t->steady < VS_TRIAL_PERIODS) {
+		t->steady++;
+		return;
+	}
+	if (now < t->not_before_ns)
+		return;
+	if (vs_may_narrow(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS)) {
+		cpu = sc->weakest;
+		if (!set_parked(cpu, true))
+			return;
+		t->narrowed = 1;
+		count(VS_STAT_PARKED);
+	} else if (vs_saturated(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS) &&
+		   nr_parked) {
+		cpu = strongest_parked(NULL);
+		if (cpu < 0 || !set_parked(cpu, false))
+			return;
+		t->narrowed = 0;
+		count(VS_STAT_TRIALS_WIDENED);
+	} else {
+		return;
+	}
+	t->cpu = cpu;
+	t->age = 0;
+	t->after = 0;
+	t->before = t->recent[0] + t->recent[1];
+}
+
+static int consolidate_timer_fired(void *map, int *key,
+				   struct consolidate_timer *ct)
+{
+	u64 now = bpf_ktime_get_ns();
+	struct consolidate_scan *sc;
+	u32 zero = 0;
+	s32 cpu;
+
+	sc = bpf_map_lookup_elem(&consolidate_scans, &zero);
+	if (!sc)
+		return 0;
+	sc->busy = 0;
+	sc->active = 0;
+	sc->weakest = -1;
+	sc->weakest_score = 0;
+	bpf_for(cpu, 0, nr_cpus) {
+		u32 s;
+
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (!rwc_usable(cpu) || is_parked(cpu)) {
+			/* Parked or hidden: reset, so a vCPU that becomes
+			 * active starts its first period at zero. */
+			take_busy(cpu, now);
+			continue;
+		}
+		sc->active++;
+		sc->busy += take_busy(cpu, now);
+		s = score(cpu);
+		/* The weakest, the highest-numbered of equals: vCPU 0
+		 * takes the kernel's boot-time work and stays. */
+		if (sc->weakest < 0 || s <= sc->weakest_score) {
+			sc->weakest = cpu;
+			sc->weakest_score = s;
+		}
+	}
+	count(VS_STAT_CONSOLIDATE_PERIODS);
+	count_n(VS_STAT_ACTIVE_VCPU_PERIODS, sc->active);
+	count_n(VS_STAT_ACTIVE_BUSY_US, sc->busy / 1000);
+	if (!sc->active) {
+		/* RWC hid every active vCPU: never leave none. */
+		unpark_strongest(NULL);
+	} else {
+		consolidate_period(sc, now);
+	}
+	bpf_timer_start(&ct->timer, VS_CONSOLIDATE_PERIOD_NS, 0);
+	return 0;
+}
+
+/* From vsched_init: the period timer. */
+static s32 consolidate_init(void)
+{
+	struct consolidate_timer *ct;
+	u32 key = 0;
+	s32 err;
+
+	if (!consolidate_enabled || reference_fifo)
+		return 0;
+	ct = bpf_map_lookup_elem(&consolidate_timers, &key);
+	if (!ct)
+		return -ENOENT;
+	err = bpf_timer_init(&ct->timer, &consolidate_timers, VS_CLOCK_MONOTONIC);
+	if (err)
+		return err;
+	err = bpf_timer_set_callback(&ct->timer, consolidate_timer_fired);
+	if (err)
+		return err;
+	return bpf_timer_start(&ct->timer, VS_CONSOLIDATE_PERIOD_NS, 0);
+}
+
+/*
+ * A synchronous wake-up (the waker is about to wait, as in a pipe
+ * ping-pong): the wakee takes the waker's vCPU when nothing else is
+ * queued there, rather than waking a halted vCPU (about 40 us under
+ * TCG, an IPI and a host wake-up on any hypervisor): the vCPU, or -1.
+ * Measured: a pipe ping-pong pair ran 3x faster this way than by waking
+ * prev. Also when the waker runs on the wakee's own prev: the pair then
+ * stays together instead of crossing vCPUs every other hop.
+ */
+static s32 local_wake_cpu(const struct task_struct *p, s32 prev_cpu,
+			  u64 wake_flags)
+{
+	s32 waker = bpf_get_smp_processor_id();
+
+	if (!local_wake_enabled || !(wake_flags & VS_WAKE_SYNC))
+		return -1;
+	if (!bpf_cpumask_test_cpu(waker, p->cpus_ptr) || !visible(waker) ||
+	    scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker))
+		return -1;
+	if (waker != prev_cpu && !vs_keep_prev(score(waker), score(prev_cpu)))
+		return -1;
+	return waker;
+}
