@@ -57,7 +57,7 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
     ),
     (
         "hidden_skips",
-        "times a vCPU hidden by RWC left normal tasks waiting",
+        "times a vCPU hidden by RWC (or parked by consolidation) left normal tasks waiting",
     ),
     (
         "preempted_idle_policy",

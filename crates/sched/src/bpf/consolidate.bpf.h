@@ -371,12 +371,18 @@ static int consolidate_timer_fired(void *map, int *key,
 /* From vsched_init: the period timer. */
 static s32 consolidate_init(void)
 {
+	struct consolidate_trial *t;
 	struct consolidate_timer *ct;
 	u32 key = 0;
 	s32 err;
 
 	if (!consolidate_enabled || reference_fifo)
 		return 0;
+	t = trial_state();
+	if (!t)
+		return -ENOENT;
+	/* No trial yet (the map starts zeroed, and 0 is a vCPU). */
+	t->cpu = -1;
 	ct = bpf_map_lookup_elem(&consolidate_timers, &key);
 	if (!ct)
 		return -ENOENT;
