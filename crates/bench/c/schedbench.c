@@ -20,6 +20,16 @@
  *   schedbench idle THREADS SECONDS        SCHED_IDLE threads spinning (best-effort load)
  *   schedbench rt THREADS SECONDS          SCHED_FIFO threads (priority 10) working
  *       2 ms of every 10 ms: real-time tasks beside a sched_ext scheduler
+ *   schedbench pipeline STAGES ITEMS ITERS  a dedup-like pipeline: STAGES threads
+ *       handing ITEMS items through bounded blocking queues (4 items,
+ *       mutex and condition variables), ITERS of work per item and stage
+ *   schedbench wakeup ROUNDS                wake-up latency (Gleaner's Table 1): a
+ *       thread on vCPU 0 wakes a thread blocked on a futex, ROUNDS times
+ *       each with the wakee bound to vCPU 0 (same), to vCPU 1 while a
+ *       SCHED_IDLE thread keeps it busy (busy), to vCPU 1 idle (idle), and
+ *       free to run anywhere (free: the scheduler places it); prints
+ *       "same_us S busy_us B idle_us I free_us F", the medians from the
+ *       wake to the wakee running
  *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
  *       the barrier kernel without end, its throughput over time: rounds
  *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
@@ -41,7 +51,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -384,6 +396,178 @@ static int run_server(long workers, long interval_us, long best_effort)
 	return 0;
 }
 
+/* The pipeline: bounded queues of item numbers between stages. */
+#define PIPE_SLOTS 4
+struct pipe_queue {
+	long items[PIPE_SLOTS];
+	int head, count, closed;
+	pthread_mutex_t lock;
+	pthread_cond_t not_empty, not_full;
+};
+
+static struct pipe_queue pipe_queues[128];
+static long nr_stages, nr_items;
+
+static void queue_put(struct pipe_queue *q, long item)
+{
+	pthread_mutex_lock(&q->lock);
+	while (q->count == PIPE_SLOTS)
+		pthread_cond_wait(&q->not_full, &q->lock);
+	q->items[(q->head + q->count) % PIPE_SLOTS] = item;
+	q->count++;
+	pthread_cond_signal(&q->not_empty);
+	pthread_mutex_unlock(&q->lock);
+}
+
+static void queue_close(struct pipe_queue *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->closed = 1;
+	pthread_cond_broadcast(&q->not_empty);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* The next item, or -1 once the queue is closed and empty. */
+static long queue_take(struct pipe_queue *q)
+{
+	long item = -1;
+
+	pthread_mutex_lock(&q->lock);
+	while (!q->count && !q->closed)
+		pthread_cond_wait(&q->not_empty, &q->lock);
+	if (q->count) {
+		item = q->items[q->head];
+		q->head = (q->head + 1) % PIPE_SLOTS;
+		q->count--;
+		pthread_cond_signal(&q->not_full);
+	}
+	pthread_mutex_unlock(&q->lock);
+	return item;
+}
+
+/* Stage `i`: takes from queue i - 1 (stage 0 makes the items), works,
+ * and hands on to queue i (the last stage keeps the result). */
+static void *pipeline_stage(void *arg)
+{
+	long i = (long)(uintptr_t)arg, item;
+	uint64_t acc = 0;
+
+	for (long k = 0;; k++) {
+		item = i == 0 ? (k < nr_items ? k : -1) : queue_take(&pipe_queues[i - 1]);
+		if (item < 0)
+			break;
+		acc += work(iters, item);
+		if (i + 1 < nr_stages)
+			queue_put(&pipe_queues[i], item);
+	}
+	if (i + 1 < nr_stages)
+		queue_close(&pipe_queues[i]);
+	sink += acc;
+	return NULL;
+}
+
+/* The wake-up latency measurement: the wakee blocks on `wake_word`, the
+ * waker stamps the time, sets it and wakes it, then blocks on
+ * `ack_word` until the wakee has read the clock. */
+static int wake_word, ack_word, stop_spinner;
+static double wake_stamp;
+static double *wake_latencies;
+static long wake_rounds;
+
+static void futex_wait(int *word, int while_value)
+{
+	while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == while_value)
+		syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, while_value, NULL, NULL, 0);
+}
+
+static void futex_set_and_wake(int *word, int value)
+{
+	__atomic_store_n(word, value, __ATOMIC_RELEASE);
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void *wakee_thread(void *arg)
+{
+	int cpu = (int)(intptr_t)arg;
+
+	if (cpu >= 0)
+		pin_to(cpu);
+	for (long r = 0; r < wake_rounds; r++) {
+		futex_wait(&wake_word, 0);
+		wake_latencies[r] = (now_s() - wake_stamp) * 1e6;
+		__atomic_store_n(&wake_word, 0, __ATOMIC_RELAXED);
+		futex_set_and_wake(&ack_word, 1);
+	}
+	return NULL;
+}
+
+static void *idle_spinner(void *arg)
+{
+	struct sched_param sp = { 0 };
+
+	pin_to((int)(intptr_t)arg);
+	sched_setscheduler(0, SCHED_IDLE, &sp);
+	while (!__atomic_load_n(&stop_spinner, __ATOMIC_RELAXED))
+		;
+	return NULL;
+}
+
+/* Median wake-up latency in us with the wakee on `cpu` (-1: anywhere),
+ * vCPU `busy_cpu` kept busy meanwhile (-1: none). */
+static double wake_latency_us(int cpu, int busy_cpu)
+{
+	pthread_t wakee, spinner;
+	struct timespec pause = { 0, 2000000 };
+	double median;
+
+	if (busy_cpu >= 0) {
+		stop_spinner = 0;
+		pthread_create(&spinner, NULL, idle_spinner, (void *)(intptr_t)busy_cpu);
+	}
+	pthread_create(&wakee, NULL, wakee_thread, (void *)(intptr_t)cpu);
+	for (long r = 0; r < wake_rounds; r++) {
+		/* Long enough for the wakee to block and its vCPU to halt. */
+		nanosleep(&pause, NULL);
+		__atomic_store_n(&ack_word, 0, __ATOMIC_RELAXED);
+		wake_stamp = now_s();
+		futex_set_and_wake(&wake_word, 1);
+		futex_wait(&ack_word, 0);
+	}
+	pthread_join(wakee, NULL);
+	if (busy_cpu >= 0) {
+		stop_spinner = 1;
+		pthread_join(spinner, NULL);
+	}
+	qsort(wake_latencies, wake_rounds, sizeof(double), cmp_double);
+	median = wake_latencies[wake_rounds / 2];
+	return median;
+}
+
+static int run_wakeup(long rounds_each)
+{
+	if (rounds_each < 1 || sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		fprintf(stderr, "schedbench: wakeup needs 1+ rounds and 2+ vCPUs\n");
+		return 2;
+	}
+	wake_rounds = rounds_each;
+	wake_latencies = calloc(rounds_each, sizeof(double));
+	if (!wake_latencies)
+		return 1;
+	pin_to(0);
+	double same = wake_latency_us(0, -1);
+	double busy = wake_latency_us(1, 1);
+	double idle = wake_latency_us(1, -1);
+	/* The waker may run anywhere too: where the scheduler wakes from. */
+	cpu_set_t all;
+	CPU_ZERO(&all);
+	for (int c = 0; c < sysconf(_SC_NPROCESSORS_ONLN) && c < CPU_SETSIZE; c++)
+		CPU_SET(c, &all);
+	sched_setaffinity(0, sizeof(all), &all);
+	double any = wake_latency_us(-1, -1);
+	printf("same_us %.1f busy_us %.1f idle_us %.1f free_us %.1f\n", same, busy, idle, any);
+	return 0;
+}
+
 static long arg(char **argv, int i)
 {
 	char *end;
@@ -430,8 +614,10 @@ int main(int argc, char **argv)
 	long n;
 	double start;
 
+	if (argc == 3 && !strcmp(argv[1], "wakeup"))
+		return run_wakeup(arg(argv, 2));
 	if (argc < 4) {
-		fprintf(stderr, "usage: schedbench cpu|barrier|pingpong|server|idle|timeline ...\n");
+		fprintf(stderr, "usage: schedbench cpu|rotate|barrier|pipeline|pingpong|messaging|server|idle|rt|timeline|wakeup ...\n");
 		return 2;
 	}
 	n = arg(argv, 2);
@@ -463,6 +649,17 @@ int main(int argc, char **argv)
 		pthread_barrier_init(&barrier, NULL, n);
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, barrier_thread, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "pipeline") && argc == 5) {
+		nr_stages = n;
+		nr_items = arg(argv, 3);
+		iters = arg(argv, 4);
+		for (long i = 0; i < n; i++) {
+			pthread_mutex_init(&pipe_queues[i].lock, NULL);
+			pthread_cond_init(&pipe_queues[i].not_empty, NULL);
+			pthread_cond_init(&pipe_queues[i].not_full, NULL);
+		}
+		for (long i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, pipeline_stage, (void *)(uintptr_t)i);
 	} else if (!strcmp(argv[1], "timeline") && argc == 6) {
 		long seconds = arg(argv, 3), interval_ms = arg(argv, 4);
 

@@ -241,7 +241,7 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 /// vCPUs then wake each other far less: the guest's rescheduling and
 /// call-function IPIs (/proc/interrupts RES and CAL) over the run at most
 /// half the default scheduler's in the same guest. The control, the same
-/// scheduler with `--no-consolidate`, runs in the same guest and must fail
+/// scheduler without `--consolidate`, runs in the same guest and must fail
 /// that check (measured 2026-11-28 on 7.2.13: about 7,000 IPIs with
 /// consolidation, 26,000 without, 20,000 under the default). Beside it, a
 /// CPU-bound thread per vCPU keeps both vCPUs: no slower than 1.25x the
@@ -268,11 +268,15 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     };
     let show = |marker: &str| format!("echo @{marker}; cat /tmp/{marker}.json; ");
     let blocking = run("", barrier, "default")
-        + &run(&sched("", "consolidated"), barrier, "consolidated")
+        + &run(
+            &sched("--consolidate", "consolidated"),
+            barrier,
+            "consolidated",
+        )
         + &show("consolidated")
-        + &run(&sched("--no-consolidate", "control"), barrier, "control");
+        + &run(&sched("", "control"), barrier, "control");
     let cpu = run("", cpu_bound, "default-cpu")
-        + &run(&sched("", "cpu"), cpu_bound, "cpu")
+        + &run(&sched("--consolidate", "cpu"), cpu_bound, "cpu")
         + &show("cpu");
     let guest = layout_with_schedbench("sched/two-free");
     let out = run_in_guest(&guest, &[&blocking, &cpu]);

@@ -52,6 +52,10 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "tasks bound to one vCPU, run there directly",
     ),
     (
+        "pinned_over_idle_policy",
+        "of pinned: run at once over the SCHED_IDLE work their vCPU was running (pre-empted)",
+    ),
+    (
         "kicks",
         "idle vCPUs woken for a queued task",
     ),

@@ -62,10 +62,12 @@ pub struct Tunables {
     #[arg(long = "shared-queue", action = clap::ArgAction::SetFalse)]
     pub per_vcpu_queues: bool,
 
-    /// Keep every vCPU RWC leaves usable open to normal tasks, instead of
-    /// as few as their work needs (Gleaner's consolidation off: threads
-    /// that block and wake often then keep halting and waking vCPUs)
-    #[arg(long = "no-consolidate", action = clap::ArgAction::SetFalse)]
+    /// Run normal tasks on as few vCPUs as their work needs (Gleaner's
+    /// consolidation, off by default): fewer IPIs and halts for programs
+    /// whose threads block and wake often, but trials judged by the
+    /// wake-up rate can cost a pipeline that needs every vCPU 8% or more
+    /// (docs/sched.md, "Consolidation")
+    #[arg(long = "consolidate")]
     pub consolidate: bool,
 
     /// Wake a task on an idle vCPU even when its waker is about to wait,
@@ -143,7 +145,7 @@ impl Default for Tunables {
             ivh_activity_aware: true,
             ivh_at_tick: true,
             per_vcpu_queues: true,
-            consolidate: true,
+            consolidate: false,
             local_wake: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,

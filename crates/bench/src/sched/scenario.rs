@@ -155,6 +155,15 @@ const NO_LOSS: Goal = Goal {
     max_recovery_s: None,
 };
 
+/// Gleaner's goal (issue 33): no placement slower than 1.3x the fastest,
+/// here the oracle (one vCPU where that is best), and no loss against the
+/// default.
+const GLEANER_GOAL: Goal = Goal {
+    min_speedup: 0.97,
+    min_of_oracle: Some(1.0 / 1.3),
+    max_recovery_s: None,
+};
+
 /// An overhead scenario: `workload` on two dedicated vCPUs, where vsched
 /// has nothing to gain and must lose at most 3% to the default; its
 /// ablation leaves the probers out, and the minimal FIFO sched_ext
@@ -373,6 +382,77 @@ pub const SCENARIOS: &[Scenario] = &[
          (the adaptability benchmark's dedicated phase)",
         &["barrier", "2", "2000", "200000"],
     ),
+    // Gleaner (../shared/seeds/gleaner-idleness-consolidation.txt) in
+    // miniature, on 2 dedicated vCPUs: consolidation is `--consolidate`
+    // (off by default), its own column; the oracle is the program bound
+    // to one vCPU.
+    Scenario {
+        name: "gleaner-wakeup",
+        what: "Gleaner's Table 1: median wake-up latency of a futex wake from vCPU 0 with the \
+               wakee free to run anywhere (free_us: where the scheduler puts it), and bound to \
+               vCPU 0 (same_us), to vCPU 1 kept busy by SCHED_IDLE work (busy_us) or idle \
+               (idle_us)",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["wakeup", "300"],
+        metric: "free_us",
+        oracle: Oracle::None,
+        vsched_flags: "",
+        ablations: &["--consolidate"],
+        fifo_reference: false,
+        daemon: false,
+        timeline: None,
+        goal: NO_LOSS,
+    },
+    Scenario {
+        name: "gleaner-barrier",
+        what: "Gleaner's Fig. 4 in miniature: 4 barrier threads with about 10 us of work per \
+               round each, on 2 vCPUs (faster on one: the wake-ups of halted vCPUs cost more \
+               than the second vCPU gives)",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["barrier", "4", "30000", "2000"],
+        metric: "elapsed_s",
+        oracle: Oracle::Pinned("0"),
+        vsched_flags: "",
+        ablations: &["--consolidate"],
+        fifo_reference: false,
+        daemon: false,
+        timeline: None,
+        goal: GLEANER_GOAL,
+    },
+    Scenario {
+        name: "gleaner-pipeline",
+        what: "the same with a dedup-like pipeline: 4 stages handing 20,000 items through \
+               bounded blocking queues, about 10 us of work per item and stage",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["pipeline", "4", "20000", "2000"],
+        metric: "elapsed_s",
+        oracle: Oracle::Pinned("0"),
+        vsched_flags: "",
+        ablations: &["--consolidate"],
+        fifo_reference: false,
+        daemon: false,
+        timeline: None,
+        goal: GLEANER_GOAL,
+    },
+    Scenario {
+        name: "gleaner-pipeline-heavy",
+        what: "the pipeline with about 95 us of work per item and stage, which needs both \
+               vCPUs: consolidation must not lose it",
+        layout_file: "lab/sched/two-free.toml",
+        layout: include_str!("../../../../lab/sched/two-free.toml"),
+        workload: &["pipeline", "4", "5000", "50000"],
+        metric: "elapsed_s",
+        oracle: Oracle::Pinned("0"),
+        vsched_flags: "",
+        ablations: &["--consolidate"],
+        fifo_reference: false,
+        daemon: false,
+        timeline: None,
+        goal: GLEANER_GOAL,
+    },
     Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \

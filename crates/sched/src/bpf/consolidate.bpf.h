@@ -18,7 +18,8 @@
  * rate (the blocking program's progress) then falls; while they are
  * saturated, it un-parks the strongest parked vCPU and keeps it only if
  * that rate rises (policy.h vs_may_narrow, vs_saturated, vs_trial_keeps).
- * A failed trial doubles the wait before the next one. Apart from the
+ * A trial starts only from two periods of steady progress, and a failed
+ * one doubles the wait before the next. Apart from the
  * trials, a task that runs long per wake-up and must wait widens the set
  * at once (vs_long_runner): CPU-bound work never waits for a period.
  *
@@ -28,8 +29,8 @@
  * Included once by main.bpf.c, which says in what order and why.
  */
 
-/* Tunables (`--no-consolidate`, `--no-local-wake`). */
-const volatile bool consolidate_enabled = true;
+/* Tunables (`--consolidate`, off by default; `--no-local-wake`). */
+const volatile bool consolidate_enabled = false;
 const volatile bool local_wake_enabled = true;
 
 /*
@@ -295,7 +296,8 @@ static void consolidate_period(struct consolidate_scan *sc, u64 now)
 		t->steady++;
 		return;
 	}
-	if (now < t->not_before_ns)
+	if (now < t->not_before_ns ||
+	    !vs_rates_steady(t->recent[0], t->recent[1]))
 		return;
 	if (vs_may_narrow(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS)) {
 		cpu = sc->weakest;

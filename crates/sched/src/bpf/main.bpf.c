@@ -193,10 +193,19 @@ static void enqueue_task(struct task_struct *p, u64 enq_flags)
 	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it
 	 * there, unless that would pass over starving SCHED_IDLE work again
 	 * (a task inserted locally is run without a dispatch); queued, it
-	 * waits one dispatch. */
+	 * waits one dispatch. SCHED_IDLE work running there is pre-empted at
+	 * once, as the kernel's default does: without it, a thread bound to
+	 * a vCPU that a SCHED_IDLE spinner kept busy waited out the
+	 * spinner's slice at every wake-up (1.7 ms against the default's
+	 * 64 us; `schedbench wakeup`, busy_us). */
 	if (p->nr_cpus_allowed == 1 && !idle_starving_on(scx_bpf_task_cpu(p))) {
+		bool over_idle_work = running_idle_policy(scx_bpf_task_cpu(p));
+
 		count(VS_STAT_PINNED);
-		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
+		if (over_idle_work)
+			count(VS_STAT_PINNED_OVER_IDLE_POLICY);
+		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
+				   enq_flags | (over_idle_work ? VS_ENQ_PREEMPT : 0));
 		return;
 	}
 	/*

@@ -278,6 +278,13 @@ int main(void)
 	 * a wider set serves; a narrower one changed nothing measurable. */
 	CHECK(vs_trial_keeps(0, 0, 0));
 	CHECK(vs_trial_keeps(0, 0, 1));
+	/* ... started only from a steady rate. */
+	CHECK(vs_rates_steady(1000, 1040));
+	CHECK(vs_rates_steady(1040, 1000));
+	CHECK(!vs_rates_steady(1000, 1100));          /* still climbing */
+	CHECK(!vs_rates_steady(1100, 1000));
+	CHECK(vs_rates_steady(0, 0));                 /* nothing blocks */
+	CHECK(!vs_rates_steady(0, 100));
 
 	if (failures)
 		return 1;
