@@ -388,6 +388,7 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 		tc->short_share = vs_short_share(tc->short_share, tc->wakes,
 						 tc->run_this_wake_ns);
 		tc->run_this_wake_ns = 0;
+		tc->slice_end_waits = 0;
 		if (tc->wakes < VS_BVS_MIN_WAKES)
 			tc->wakes++;
 	}

@@ -95,6 +95,9 @@ struct task_ctx {
 	/* That vCPU's inactive_seen_ns when the task started running there:
 	 * its run's inactive part is what that grew by until it stopped. */
 	u64 inactive_mark_ns;
+	/* Slice ends at which it was queued again, others waiting, since it
+	 * last slept: consolidation widens for CPU-bound work (two). */
+	u32 slice_end_waits;
 };
 
 struct {
