@@ -245,8 +245,9 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 /// that check (measured 2026-11-28 on 7.2.13: 0.06-0.07 of the default's
 /// IPIs with consolidation, 0.97-0.98 without; 1.10 vCPUs active on
 /// average). Beside it, a CPU-bound thread per vCPU started after the
-/// idle guest's set narrowed widens it at once (`unparked`) and runs no
-/// slower than 1.25x the default.
+/// idle guest's set narrowed widens it (at once, `unparked`, or by
+/// undoing a narrowing trial its start fell into: a clean-clone suite saw
+/// that path) and runs no slower than 1.25x the default.
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
@@ -326,13 +327,17 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     let default_s = value(text, "default-cpu elapsed_s");
     let took = value(text, "cpu elapsed_s");
     let summary = summary_after(text, "@cpu");
+    // The set widens at once (`unparked`), or by undoing the narrowing
+    // trial the threads' start fell into (`trials_undone`); either way
+    // the time below shows whether they got both vCPUs (on one, about
+    // twice the default's).
+    let widened = counter(&summary, "unparked") + counter(&summary, "trials_undone");
     println!(
-        "CPU-bound: {took:.2} s against {default_s:.2} s; parked {}, widened at once {}",
+        "CPU-bound: {took:.2} s against {default_s:.2} s; parked {}, widened {widened}",
         counter(&summary, "parked"),
-        counter(&summary, "unparked")
     );
     assert!(
-        counter(&summary, "parked") >= 1 && counter(&summary, "unparked") >= 1,
+        counter(&summary, "parked") >= 1 && widened >= 1,
         "the idle guest's set narrowed and the CPU-bound threads widened it: {summary:#}"
     );
     assert!(
