@@ -190,6 +190,26 @@ const fn overhead(
     }
 }
 
+/// A Gleaner scenario: `workload` on two dedicated vCPUs, with
+/// consolidation (`--consolidate`, off by default) as its own column.
+const fn gleaner(
+    name: &'static str,
+    what: &'static str,
+    workload: &'static [&'static str],
+    metric: &'static str,
+    oracle: Oracle,
+    goal: Goal,
+) -> Scenario {
+    Scenario {
+        metric,
+        oracle,
+        ablations: &["--consolidate"],
+        fifo_reference: false,
+        goal,
+        ..overhead(name, what, workload)
+    }
+}
+
 /// vSched Fig. 4's kernel: 4 barrier threads, 100 rounds of 400,000
 /// iterations (about 0.2 s on the two good vCPUs under TCG).
 const RWC_WORKLOAD: &[&str] = &["barrier", "4", "100", "400000"];
@@ -386,73 +406,45 @@ pub const SCENARIOS: &[Scenario] = &[
     // miniature, on 2 dedicated vCPUs: consolidation is `--consolidate`
     // (off by default), its own column; the oracle is the program bound
     // to one vCPU.
-    Scenario {
-        name: "gleaner-wakeup",
-        what: "Gleaner's Table 1: median wake-up latency of a futex wake from vCPU 0 with the \
-               wakee free to run anywhere (free_us: where the scheduler puts it), and bound to \
-               vCPU 0 (same_us), to vCPU 1 kept busy by SCHED_IDLE work (busy_us) or idle \
-               (idle_us)",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["wakeup", "300"],
-        metric: "free_us",
-        oracle: Oracle::None,
-        vsched_flags: "",
-        ablations: &["--consolidate"],
-        fifo_reference: false,
-        daemon: false,
-        timeline: None,
-        goal: NO_LOSS,
-    },
-    Scenario {
-        name: "gleaner-barrier",
-        what: "Gleaner's Fig. 4 in miniature: 4 barrier threads with about 10 us of work per \
-               round each, on 2 vCPUs (faster on one: the wake-ups of halted vCPUs cost more \
-               than the second vCPU gives)",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["barrier", "4", "30000", "2000"],
-        metric: "elapsed_s",
-        oracle: Oracle::Pinned("0"),
-        vsched_flags: "",
-        ablations: &["--consolidate"],
-        fifo_reference: false,
-        daemon: false,
-        timeline: None,
-        goal: GLEANER_GOAL,
-    },
-    Scenario {
-        name: "gleaner-pipeline",
-        what: "the same with a dedup-like pipeline: 4 stages handing 20,000 items through \
-               bounded blocking queues, about 10 us of work per item and stage",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["pipeline", "4", "20000", "2000"],
-        metric: "elapsed_s",
-        oracle: Oracle::Pinned("0"),
-        vsched_flags: "",
-        ablations: &["--consolidate"],
-        fifo_reference: false,
-        daemon: false,
-        timeline: None,
-        goal: GLEANER_GOAL,
-    },
-    Scenario {
-        name: "gleaner-pipeline-heavy",
-        what: "the pipeline with about 95 us of work per item and stage, which needs both \
-               vCPUs: consolidation must not lose it",
-        layout_file: "lab/sched/two-free.toml",
-        layout: include_str!("../../../../lab/sched/two-free.toml"),
-        workload: &["pipeline", "4", "5000", "50000"],
-        metric: "elapsed_s",
-        oracle: Oracle::Pinned("0"),
-        vsched_flags: "",
-        ablations: &["--consolidate"],
-        fifo_reference: false,
-        daemon: false,
-        timeline: None,
-        goal: GLEANER_GOAL,
-    },
+    gleaner(
+        "gleaner-wakeup",
+        "Gleaner's Table 1: median wake-up latency of a futex wake from vCPU 0 with the \
+         wakee free to run anywhere (free_us: where the scheduler puts it), and bound to \
+         vCPU 0 (same_us), to vCPU 1 kept busy by SCHED_IDLE work (busy_us) or idle \
+         (idle_us)",
+        &["wakeup", "300"],
+        "free_us",
+        Oracle::None,
+        NO_LOSS,
+    ),
+    gleaner(
+        "gleaner-barrier",
+        "Gleaner's Fig. 4 in miniature: 4 barrier threads with about 10 us of work per \
+         round each, on 2 vCPUs (faster on one: the wake-ups of halted vCPUs cost more \
+         than the second vCPU gives)",
+        &["barrier", "4", "30000", "2000"],
+        "elapsed_s",
+        Oracle::Pinned("0"),
+        GLEANER_GOAL,
+    ),
+    gleaner(
+        "gleaner-pipeline",
+        "the same with a dedup-like pipeline: 4 stages handing 20,000 items through \
+         bounded blocking queues, about 10 us of work per item and stage",
+        &["pipeline", "4", "20000", "2000"],
+        "elapsed_s",
+        Oracle::Pinned("0"),
+        GLEANER_GOAL,
+    ),
+    gleaner(
+        "gleaner-pipeline-heavy",
+        "the pipeline with about 95 us of work per item and stage, which needs both \
+         vCPUs: consolidation must not lose it",
+        &["pipeline", "4", "5000", "50000"],
+        "elapsed_s",
+        Oracle::Pinned("0"),
+        GLEANER_GOAL,
+    ),
     Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \

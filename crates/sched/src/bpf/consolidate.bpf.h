@@ -20,8 +20,9 @@
  * that rate rises (policy.h vs_may_narrow, vs_saturated, vs_trial_keeps).
  * A trial starts only from two periods of steady progress, and a failed
  * one doubles the wait before the next. Apart from the
- * trials, a task that runs long per wake-up and must wait widens the set
- * at once (vs_long_runner): CPU-bound work never waits for a period.
+ * trials, a task that runs long per wake-up (vs_long_runner) and waits
+ * at two slice ends in a row widens the set at once: CPU-bound work never
+ * waits for a period.
  *
  * Local wake-ups: a synchronous wake-up (the waker is about to wait) puts
  * the wakee on the waker's vCPU instead of waking a halted one.
@@ -33,10 +34,8 @@
 const volatile bool consolidate_enabled = false;
 const volatile bool local_wake_enabled = true;
 
-/*
- * How often the demand is read: 100 ms (Gleaner's daemon's scale).
- * Shorter periods read a barrier's phases as demand swings.
- */
+/* How often the demand is read: 100 ms (Gleaner's daemon's scale; no
+ * other period was tried). */
 #define VS_CONSOLIDATE_PERIOD_NS 100000000ULL
 /*
  * A trial compares VS_TRIAL_PERIODS periods of progress before the move
