@@ -6,12 +6,18 @@ vCPU at SCHED_FIFO 50 that spins `on` ms of every `period` ms, runs
 `vsched probe --json --only capacity,activity` N times, and reports median
 measured available share and episode mean against the truth. Needs root.
 
-Usage: bench/neighbour_accuracy.py [--runs N]
+Usage: bench/neighbour_accuracy.py [--runs N] [--json FILE]
+Prints a Markdown table; --json FILE also writes every probe's figures.
 """
 import argparse, json, multiprocessing, os, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VSCHED = os.environ.get("VSCHED", os.path.join(ROOT, "target", "release", "vsched"))
+
+
+def commit():
+    out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
 def neighbour(cpu, on_ms, period_ms, life_s):
@@ -33,7 +39,9 @@ def neighbour(cpu, on_ms, period_ms, life_s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--json", metavar="FILE", help="also write the raw figures here")
     a = ap.parse_args()
+    rows = []
     cpu = max(os.sched_getaffinity(0))
     print("| neighbour on vCPU %d | truth avail%% | measured avail%% (median) | truth episode ms | measured mean ms (median) | other vCPUs avail%% (min) |" % cpu)
     print("|---|---|---|---|---|---|")
@@ -56,6 +64,14 @@ def main():
             p.terminate()
             p.join()
         print(f"| {on} of {period} ms | {100 * (1 - on / period):.0f} | {statistics.median(avail):.1f} | {on} | {statistics.median(mean):.2f} | {min(others):.1f} |")
+        rows.append({"neighbour_cpu": cpu, "on_ms": on, "period_ms": period,
+                     "truth_available_pct": 100 * (1 - on / period),
+                     "available_pct": avail, "episode_mean_ms": mean, "others_available_pct": others})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"schema": "vsched-bench-neighbour-v1", "runs": a.runs,
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "commit": commit(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

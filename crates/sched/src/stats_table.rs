@@ -152,6 +152,10 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "consolidation: parked vCPUs given back at once, outside trials: a task that runs long per wake-up had to wait (or no active vCPU was left that a task may use)",
     ),
     (
+        "chosen_by_episodes",
+        "consolidation: vCPUs parked or given back that their inactive episodes chose over capacity alone (of two near equals, the one with the VM's shortest episodes kept, or given back first)",
+    ),
+    (
         "consolidate_periods",
         "consolidation: 100 ms periods the active set was measured over",
     ),

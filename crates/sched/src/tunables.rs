@@ -70,6 +70,12 @@ pub struct Tunables {
     #[arg(long = "consolidate")]
     pub consolidate: bool,
 
+    /// Ablation: consolidation parks and gives back vCPUs by capacity
+    /// alone, not keeping, of two near equals, the one whose inactive
+    /// episodes are the VM's shortest
+    #[arg(long = "consolidate-capacity-only", action = clap::ArgAction::SetFalse, hide = true)]
+    pub consolidate_by_episodes: bool,
+
     /// Wake a task on an idle vCPU even when its waker is about to wait,
     /// instead of on the waker's vCPU (Gleaner's local wake-up off)
     #[arg(long = "no-local-wake", action = clap::ArgAction::SetFalse)]
@@ -116,6 +122,7 @@ impl Tunables {
         rodata.ivh_at_tick = self.ivh_at_tick;
         rodata.per_vcpu_queues = self.per_vcpu_queues;
         rodata.consolidate_enabled = self.consolidate;
+        rodata.consolidate_by_episodes = self.consolidate_by_episodes;
         rodata.local_wake_enabled = self.local_wake;
         rodata.beat_ns = self.beat_ns;
         rodata.inject_error_after_ns = self.inject_error_after_ns;
@@ -146,6 +153,7 @@ impl Default for Tunables {
             ivh_at_tick: true,
             per_vcpu_queues: true,
             consolidate: false,
+            consolidate_by_episodes: true,
             local_wake: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,

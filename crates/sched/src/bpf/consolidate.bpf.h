@@ -30,9 +30,12 @@
  * Included once by main.bpf.c, which says in what order and why.
  */
 
-/* Tunables (`--consolidate`, off by default; `--no-local-wake`). */
+/* Tunables (`--consolidate`, off by default; `--no-local-wake`;
+ * `--consolidate-capacity-only`, the ablation of vs_park_rather's
+ * episode rule). */
 const volatile bool consolidate_enabled = false;
 const volatile bool local_wake_enabled = true;
+const volatile bool consolidate_by_episodes = true;
 
 /* How often the demand is read: 100 ms (Gleaner's daemon's scale; no
  * other period was tried). */
@@ -71,6 +74,11 @@ struct consolidate_scan {
 	u32 active;
 	s32 weakest;
 	u32 weakest_score;
+	u32 weakest_short;
+	/* The weakest by capacity alone: counted when the episodes chose
+	 * another (VS_STAT_CHOSEN_BY_EPISODES). */
+	s32 weakest_by_capacity;
+	u32 weakest_capacity_score;
 };
 
 /*
@@ -131,17 +139,26 @@ static bool set_parked(s32 cpu, bool parked)
 	return true;
 }
 
+/* Whether `cpu`'s inactive episodes are among the VM's shortest, as
+ * measured (unmeasured: no, so capacity alone decides). */
+static bool short_episodes(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return m && m->capacity && (m->flags & VS_VCPU_LOW_LATENCY);
+}
+
 /*
- * The strongest parked vCPU RWC leaves usable and `p` (NULL: any task)
- * may run on, or -1.
+ * The parked vCPU to give back first (vs_unpark_rather) of those RWC
+ * leaves usable and `p` (NULL: any task) may run on, or -1.
  */
 static s32 strongest_parked(const struct task_struct *p)
 {
-	u32 best_score = 0;
-	s32 best = -1, cpu;
+	u32 best_score = 0, best_short = 0, cap_score = 0;
+	s32 best = -1, by_capacity = -1, cpu;
 
 	bpf_for(cpu, 0, nr_cpus) {
-		u32 s;
+		u32 s, sh;
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
@@ -149,11 +166,20 @@ static s32 strongest_parked(const struct task_struct *p)
 		    (p && !bpf_cpumask_test_cpu(cpu, p->cpus_ptr)))
 			continue;
 		s = score(cpu);
-		if (best < 0 || s > best_score) {
+		sh = short_episodes(cpu);
+		if (best < 0 || vs_unpark_rather(s, sh, best_score, best_short,
+						 consolidate_by_episodes)) {
 			best = cpu;
 			best_score = s;
+			best_short = sh;
+		}
+		if (by_capacity < 0 || s > cap_score) {
+			by_capacity = cpu;
+			cap_score = s;
 		}
 	}
+	if (best != by_capacity)
+		count(VS_STAT_CHOSEN_BY_EPISODES);
 	return best;
 }
 
@@ -319,6 +345,8 @@ static void consolidate_period(struct consolidate_scan *sc, u64 now)
 			return;
 		t->narrowed = 1;
 		count(VS_STAT_PARKED);
+		if (cpu != sc->weakest_by_capacity)
+			count(VS_STAT_CHOSEN_BY_EPISODES);
 	} else if (vs_saturated(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS) &&
 		   nr_parked) {
 		cpu = strongest_parked(NULL);
@@ -350,8 +378,11 @@ static int consolidate_timer_fired(void *map, int *key,
 	sc->active = 0;
 	sc->weakest = -1;
 	sc->weakest_score = 0;
+	sc->weakest_short = 0;
+	sc->weakest_by_capacity = -1;
+	sc->weakest_capacity_score = 0;
 	bpf_for(cpu, 0, nr_cpus) {
-		u32 s;
+		u32 s, sh;
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
@@ -364,11 +395,19 @@ static int consolidate_timer_fired(void *map, int *key,
 		sc->active++;
 		sc->busy += take_busy(cpu, now);
 		s = score(cpu);
-		/* The weakest, the highest-numbered of equals: vCPU 0
-		 * takes the kernel's boot-time work and stays. */
-		if (sc->weakest < 0 || s <= sc->weakest_score) {
+		sh = short_episodes(cpu);
+		/* The one to give up first (vs_park_rather). */
+		if (sc->weakest < 0 ||
+		    vs_park_rather(s, sh, sc->weakest_score, sc->weakest_short,
+				   consolidate_by_episodes)) {
 			sc->weakest = cpu;
 			sc->weakest_score = s;
+			sc->weakest_short = sh;
+		}
+		if (sc->weakest_by_capacity < 0 ||
+		    s <= sc->weakest_capacity_score) {
+			sc->weakest_by_capacity = cpu;
+			sc->weakest_capacity_score = s;
 		}
 	}
 	count(VS_STAT_CONSOLIDATE_PERIODS);

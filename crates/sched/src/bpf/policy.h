@@ -504,4 +504,45 @@ static inline int vs_trial_keeps(u64 before, u64 after, int narrowed)
 	return after * 100 >= before * (100 + VS_TRIAL_MARGIN_PERCENT);
 }
 
+/*
+ * Which of two vCPUs consolidation gives up first (parks), `a` against
+ * the candidate `b` so far: the weaker by capacity; but between two whose
+ * capacities are within the keep-prev margin of each other (readings of
+ * equally fast vCPUs differ by that much), the one whose inactive
+ * episodes are not among the VM's shortest. Every thread of a
+ * consolidated program waits out each switch-off of the vCPUs it keeps,
+ * so the set keeps those that come back soonest; capacity alone cannot
+ * tell a vCPU switched off 1 ms in every 5 from one switched off 10 ms in
+ * every 50. The margin is placement's own "clearly stronger" one, and a
+ * narrowing onto the slower of two near equals is still a trial: kept
+ * only if the program's progress holds (vs_trial_keeps). Equal on both:
+ * `a` (the scan's later vCPU: vCPU 0 takes the kernel's boot-time work
+ * and stays). `by_episodes` 0: capacity alone.
+ */
+static inline int vs_episodes_decide(u32 score_a, int short_a, u32 score_b,
+				     int short_b, int by_episodes)
+{
+	return by_episodes && !short_a != !short_b &&
+	       vs_keep_prev(score_a, score_b) && vs_keep_prev(score_b, score_a);
+}
+
+static inline int vs_park_rather(u32 score_a, int short_a, u32 score_b,
+				 int short_b, int by_episodes)
+{
+	if (vs_episodes_decide(score_a, short_a, score_b, short_b, by_episodes))
+		return !short_a;
+	return score_a <= score_b;
+}
+
+/* The other way: which parked vCPU consolidation gives back first, `a`
+ * against `b`: the stronger, or between near equals the one with short
+ * episodes; equal on both, `b` (the scan's earlier vCPU). */
+static inline int vs_unpark_rather(u32 score_a, int short_a, u32 score_b,
+				   int short_b, int by_episodes)
+{
+	if (vs_episodes_decide(score_a, short_a, score_b, short_b, by_episodes))
+		return !!short_a;
+	return score_a > score_b;
+}
+
 #endif /* VSCHED_POLICY_H */

@@ -286,6 +286,26 @@ int main(void)
 	CHECK(vs_rates_steady(0, 0));                 /* nothing blocks */
 	CHECK(!vs_rates_steady(0, 100));
 
+	/* Which vCPU the set gives up: the weaker by capacity... */
+	CHECK(vs_park_rather(500, 1, 1024, 0, 1));
+	CHECK(!vs_park_rather(1024, 0, 500, 1, 1));
+	/* ... but of near equals the one switched off longer, ... */
+	CHECK(vs_park_rather(1024, 0, 950, 1, 1));
+	CHECK(!vs_park_rather(950, 1, 1024, 0, 1));
+	CHECK(vs_episodes_decide(1024, 0, 950, 1, 1));
+	/* ... unless told capacity alone (the ablation) ... */
+	CHECK(!vs_park_rather(1024, 0, 950, 1, 0));
+	CHECK(!vs_episodes_decide(1024, 0, 950, 1, 0));
+	/* ... and equals on both: the later one scanned. */
+	CHECK(vs_park_rather(1024, 1, 1024, 1, 1));
+	CHECK(!vs_episodes_decide(1024, 1, 1024, 1, 1));
+	/* Given back first: the stronger, of near equals the short-episode
+	 * one, of equals the earlier one. */
+	CHECK(vs_unpark_rather(1024, 0, 500, 1, 1));
+	CHECK(vs_unpark_rather(950, 1, 1024, 0, 1));
+	CHECK(!vs_unpark_rather(950, 1, 1024, 0, 0));
+	CHECK(!vs_unpark_rather(1024, 1, 1024, 1, 1));
+
 	if (failures)
 		return 1;
 	printf("policy: all checks passed\n");
