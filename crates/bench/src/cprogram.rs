@@ -89,7 +89,10 @@ mod tests {
         };
         let dir = std::env::temp_dir().join(format!("vsched-bench-broken-{}", std::process::id()));
         match CProgram::compile(&broken, "broken") {
-            Err(BenchError::NoCompiler) => eprintln!("skipped: no C compiler"),
+            Err(BenchError::NoCompiler) => crate::skip(
+                "a_program_that_does_not_compile_says_why_and_leaves_nothing",
+                "no C compiler",
+            ),
             Err(BenchError::Compile { what, stderr }) => {
                 assert_eq!(what, "the broken program");
                 assert!(stderr.contains("undeclared"), "{stderr}");

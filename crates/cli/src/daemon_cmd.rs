@@ -11,13 +11,14 @@ use anyhow::{Context, Result};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use vsched_daemon::history::History;
 use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
-use vsched_daemon::state::{self, DaemonStatus, Latest, Running, RwcStatus, STATUS_SCHEMA};
+use vsched_daemon::state::{self, DaemonStatus, Latest, Running, RwcStatus};
 use vsched_daemon::status::{StatusSocket, DEFAULT_SOCKET};
 use vsched_daemon::watchdog::{self, Watchdog};
 use vsched_daemon::Metrics;
+use vsched_model::report::ProbeReport;
 use vsched_probe::watch::WatchConfig;
 use vsched_sched::{preflight, Event, Session, Tunables};
 
@@ -161,19 +162,42 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         ..RwcStatus::default()
     });
     let latest = Arc::new(Mutex::new(Latest {
-        status: initial_status(format!("http://{bound}/metrics"), rwc_status),
+        status: DaemonStatus::initial(format!("http://{bound}/metrics"), rwc_status),
         history: History::new(u64::try_from(args.history.as_millis()).unwrap_or(u64::MAX)),
     }));
-    serve_status(status_socket, Arc::clone(&latest))?;
-    let sched = if args.sched {
-        preflight::check()?;
-        let s = Session::start(Tunables::default(), &[])?;
-        eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
-        Some(s)
-    } else {
-        None
-    };
+    state::serve_status(status_socket, Arc::clone(&latest))
+        .context("starting the status socket")?;
+    let sched = start_sched(args.sched)?;
     let mut daemon = Running::new(metrics, latest, rwc, sched);
+    let reports = start_probers(&args)?;
+    eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
+    serve_until_stopped(&mut daemon, &reports)?;
+    // The socket file goes with the last reference (the status thread's
+    // stays blocked in accept until the process exits): remove it now.
+    let _ = std::fs::remove_file(&args.socket);
+    let stopped = daemon.stop();
+    // After an ejection the kernel's own was back long ago (said then).
+    if stopped.sched.as_ref().is_some_and(|e| e.ejected.is_none()) {
+        eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
+    }
+    let clean = stopped.rwc.as_ref().is_none_or(report_outcome);
+    eprintln!("vsched daemon: stopped");
+    Ok(clean)
+}
+
+/// `--sched`: vsched's scheduler, loaded with its defaults.
+fn start_sched(wanted: bool) -> Result<Option<Session>> {
+    if !wanted {
+        return Ok(None);
+    }
+    preflight::check()?;
+    let s = Session::start(Tunables::default(), &[])?;
+    eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
+    Ok(Some(s))
+}
+
+/// The probers, on a thread of their own, sending each report.
+fn start_probers(args: &DaemonArgs) -> Result<mpsc::Receiver<ProbeReport>> {
     let (reports_tx, reports) = mpsc::channel();
     let watch = WatchConfig {
         // The topology checks that give a stacked vCPU back serve RWC:
@@ -185,7 +209,12 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         .name("probers".into())
         .spawn(move || vsched_probe::watch::feed_reports(watch, reports_tx))
         .context("starting the probers")?;
-    eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
+    Ok(reports)
+}
+
+/// Hands every report to the daemon and watches its scheduler until
+/// Ctrl-C or SIGTERM.
+fn serve_until_stopped(daemon: &mut Running, reports: &mpsc::Receiver<ProbeReport>) -> Result<()> {
     while !signals::stopped() {
         if let Some(event) = daemon.check_scheduler() {
             print_sched_event(&event);
@@ -202,17 +231,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
             }
         }
     }
-    // The socket file goes with the last reference (the status thread's
-    // stays blocked in accept until the process exits): remove it now.
-    let _ = std::fs::remove_file(&args.socket);
-    let stopped = daemon.stop();
-    // After an ejection the kernel's own was back long ago (said then).
-    if stopped.sched.as_ref().is_some_and(|e| e.ejected.is_none()) {
-        eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
-    }
-    let clean = stopped.rwc.as_ref().is_none_or(report_outcome);
-    eprintln!("vsched daemon: stopped");
-    Ok(clean)
+    Ok(())
 }
 
 /// What the kernel did to the daemon's scheduler.
@@ -256,22 +275,6 @@ fn serve_metrics(listener: TcpListener) -> Result<Arc<Metrics>> {
     Ok(metrics)
 }
 
-/// The status before the first report.
-fn initial_status(metrics_url: String, rwc: Option<RwcStatus>) -> DaemonStatus {
-    DaemonStatus {
-        schema: STATUS_SCHEMA.to_string(),
-        pid: std::process::id(),
-        started_unix_s: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        metrics_url,
-        model_updates: 0,
-        report: None,
-        rwc,
-        sched: None,
-    }
-}
-
 /// User-space RWC for `--rwc-cgroup` (None without it), after putting back
 /// what a daemon that died left changed.
 fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>> {
@@ -284,23 +287,6 @@ fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>>
         report_recovered(&r);
     }
     Ok(Some(rwc))
-}
-
-/// Answers the status socket from `latest` on a thread of its own.
-fn serve_status(socket: Arc<StatusSocket>, latest: Arc<Mutex<Latest>>) -> Result<()> {
-    std::thread::Builder::new()
-        .name("status".into())
-        .spawn(move || {
-            socket.serve(&|request| {
-                let guard = state::lock(&latest);
-                if request == "history" {
-                    return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
-                }
-                serde_json::to_string(&guard.status).unwrap_or_default()
-            })
-        })
-        .context("starting the status socket")?;
-    Ok(())
 }
 
 fn print_change(c: &rwc::Change) {

@@ -15,6 +15,7 @@ mod probe_plot;
 mod progress;
 mod render;
 mod sched_cmd;
+mod sched_program;
 mod signals;
 mod spin_cmd;
 mod status_cmd;

@@ -3,11 +3,11 @@
 //! SIGTERM or when the program it was started for exits.
 
 use crate::args::parse_duration;
+use crate::sched_program::Program;
 use crate::signals;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use vsched_probe::plan::Windows;
@@ -31,9 +31,9 @@ scheduler by itself: nothing is left to restore. See docs/sched.md.
 Exit status: the program's own with `-- PROGRAM`; otherwise 0, 1 if the
 kernel ejected the scheduler (its reason is printed), 2 if it could not load.")]
 pub struct SchedArgs {
-    /// What the scheduler is loaded with (vsched_sched::Tunables: the
-    /// flags --no-rwc, --no-capacity, --no-bvs, --no-ivh, --heartbeat,
-    /// --slice and the benchmark's hidden ablations).
+    /// What the scheduler is loaded with (vsched_sched::Tunables: each
+    /// mechanism's switch, the slice and heartbeat, and the benchmark's
+    /// hidden ablations).
     #[command(flatten)]
     loaded: Tunables,
 
@@ -80,6 +80,13 @@ pub struct SchedArgs {
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
 
+    /// Start PROGRAM as soon as the scheduler loads, not once the
+    /// probers' first model is in (by default it waits for the model, at
+    /// most 10 s, so that its first threads are placed by capacity and
+    /// RWC too)
+    #[arg(long)]
+    start_at_once: bool,
+
     /// Program (and its arguments) to run under the scheduler
     #[arg(last = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -105,6 +112,9 @@ struct Summary {
     /// offline or coming online.
     restarts: u32,
     program_exit_code: Option<i32>,
+    /// The program started before the first model (`--start-at-once`,
+    /// or no model within 10 s).
+    program_started_before_model: bool,
 }
 
 /// The loader's tunables as loaded, and the flags that are the CLI's own.
@@ -129,14 +139,7 @@ fn nanos(d: Duration) -> u64 {
 }
 
 pub fn run(args: SchedArgs) -> Result<u8> {
-    if !args.no_probe && args.light_window >= args.probe_interval {
-        anyhow::bail!(
-            "--light-window ({}) must be shorter than --probe-interval ({}): \
-             the probers would leave no idle time between windows",
-            humantime::format_duration(args.light_window),
-            humantime::format_duration(args.probe_interval)
-        );
-    }
+    check_windows(&args)?;
     preflight::check()?;
     let tunables = tunables(&args);
     signals::catch();
@@ -145,15 +148,16 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let mut ready = ReadyFile::new(args.ready_file.clone());
     let mut session = Session::start(tunables, &args.latency_sensitive)?;
     announce(&args, &session, &tunables);
-    // The probers and the program start once the scheduler runs.
+    // The probers and the program start once the scheduler runs; the
+    // program once it has a model too, unless told otherwise.
     let (reports_tx, reports) = mpsc::channel();
     let prober = start_probers(&args, tunables, reports_tx)?;
-    let mut child = spawn_program(&args.program)?;
+    let mut program = Program::new(&args.program, !args.start_at_once && !args.no_probe);
     let fed = feed_until_done(
         &args,
         &mut session,
         &reports,
-        child.as_mut(),
+        &mut program,
         &mut ready,
         started,
     )?;
@@ -161,32 +165,29 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     drop(ready);
     let (model_updates, model) = (session.model_updates(), session.model().to_vec());
     let ending = session.stop();
-    let mut program_exit_code = fed.program_exit_code;
-    if let (Some(e), Some(c), None) = (&ending.ejected, child.as_mut(), program_exit_code) {
-        // The program goes on under the kernel's own scheduler; its exit
-        // status is still what this command returns.
-        eprintln!(
-            "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
-            e.reason, e.message
-        );
-        program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
-    }
+    let program_exit_code = match fed.program_exit_code {
+        Some(code) => Some(code),
+        None => {
+            if let Some(e) = &ending.ejected {
+                // The program goes on (or starts) under the kernel's own
+                // scheduler; its exit status is still this command's.
+                eprintln!(
+                    "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
+                    e.reason, e.message
+                );
+            }
+            program.finish()?
+        }
+    };
     drop(reports);
     if let Some(p) = prober {
         // The probers notice the closed channel after their current step.
         let _ = p.join();
     }
-    let probe_ns = |d: Duration| if args.no_probe { 0 } else { nanos(d) };
     let summary = Summary {
         schema: "vsched.sched-summary/v2",
         seconds: started.elapsed().as_secs_f64(),
-        tunables: TunablesJson {
-            loaded: tunables,
-            latency_sensitive: args.latency_sensitive.clone(),
-            probe: !args.no_probe,
-            probe_interval_ns: probe_ns(args.probe_interval),
-            light_window_ns: probe_ns(args.light_window),
-        },
+        tunables: tunables_json(&args, tunables),
         counters: ending.totals.to_json_map(),
         model_updates,
         model,
@@ -194,13 +195,49 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         ejected: ending.ejected.clone(),
         restarts: ending.restarts,
         program_exit_code,
+        program_started_before_model: program.started_before_model(),
     };
-    print_summary(&summary, &ending.totals);
+    report(&args, &summary, &ending)?;
+    Ok(match (program_exit_code, &ending.ejected) {
+        (Some(code), _) => code as u8,
+        (None, Some(_)) => 1,
+        (None, None) => 0,
+    })
+}
+
+/// The probers need idle time between their light windows.
+fn check_windows(args: &SchedArgs) -> Result<()> {
+    if !args.no_probe && args.light_window >= args.probe_interval {
+        anyhow::bail!(
+            "--light-window ({}) must be shorter than --probe-interval ({}): \
+             the probers would leave no idle time between windows",
+            humantime::format_duration(args.light_window),
+            humantime::format_duration(args.probe_interval)
+        );
+    }
+    Ok(())
+}
+
+fn tunables_json(args: &SchedArgs, loaded: Tunables) -> TunablesJson {
+    let probe_ns = |d: Duration| if args.no_probe { 0 } else { nanos(d) };
+    TunablesJson {
+        loaded,
+        latency_sensitive: args.latency_sensitive.clone(),
+        probe: !args.no_probe,
+        probe_interval_ns: probe_ns(args.probe_interval),
+        light_window_ns: probe_ns(args.light_window),
+    }
+}
+
+/// The summary at exit: the table, `--stats-json`, and why the kernel
+/// ejected the scheduler if it did.
+fn report(args: &SchedArgs, summary: &Summary, ending: &vsched_sched::Ending) -> Result<()> {
+    print_summary(summary, &ending.totals);
     if ending.counters_incomplete {
         eprintln!("vsched sched: warning: a load's counters could not be read at its unload; the totals miss them");
     }
     if let Some(path) = &args.stats_json {
-        let json = serde_json::to_string_pretty(&summary)?;
+        let json = serde_json::to_string_pretty(summary)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(e) = &ending.ejected {
@@ -209,15 +246,11 @@ pub fn run(args: SchedArgs) -> Result<u8> {
             e.reason, e.kind, e.message
         );
     }
-    Ok(match (program_exit_code, &ending.ejected) {
-        (Some(code), _) => code as u8,
-        (None, Some(_)) => 1,
-        (None, None) => 0,
-    })
+    Ok(())
 }
 
-/// The line that says the scheduler runs (tests and the benchmarks wait
-/// for it), and with -v what loading it cost.
+/// The line that tells a person the scheduler runs (programs read
+/// `--ready-file` instead), and with -v what loading it cost.
 fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
     eprintln!(
         "vsched sched: loaded on {} vCPUs (RWC {}, capacity {}, BVS {}, IVH {}, consolidation {}, \
@@ -300,12 +333,13 @@ struct Fed {
 
 /// Feeds the probers' reports to the scheduler and prints its counters
 /// until the program exits, vsched is asked to stop, or the kernel ejects
-/// the scheduler for good (reloading it after hot-plug ejections).
+/// the scheduler for good (reloading it after hot-plug ejections); starts
+/// the program when it is due.
 fn feed_until_done(
     args: &SchedArgs,
     session: &mut Session,
     reports: &mpsc::Receiver<vsched_model::report::ProbeReport>,
-    mut child: Option<&mut Child>,
+    program: &mut Program,
     ready: &mut ReadyFile,
     started: Instant,
 ) -> Result<Fed> {
@@ -349,16 +383,13 @@ fn feed_until_done(
             }
         }
 
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the program")? {
-                fed.program_exit_code = Some(exit_code(status));
-                return Ok(fed);
-            }
+        program.start_if_due(ready.written, started.elapsed())?;
+        if let Some(code) = program.exited()? {
+            fed.program_exit_code = Some(code);
+            return Ok(fed);
         }
         if signals::stopped() {
-            if let Some(c) = child.as_mut() {
-                fed.program_exit_code = Some(exit_code(wait_forwarding_stop(c)?));
-            }
+            fed.program_exit_code = program.finish()?;
             return Ok(fed);
         }
         if !args.quiet && last_print.elapsed() >= args.interval {
@@ -464,40 +495,6 @@ fn on_off(b: bool) -> &'static str {
 
 /// Waits for `child`, passing SIGTERM on once vsched is asked to stop (the
 /// terminal's Ctrl-C reaches the program by itself; SIGTERM does not).
-fn wait_forwarding_stop(child: &mut Child) -> Result<std::process::ExitStatus> {
-    let mut forwarded = false;
-    loop {
-        if let Some(status) = child.try_wait().context("waiting for the program")? {
-            return Ok(status);
-        }
-        if signals::stopped() && !forwarded {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            forwarded = true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn spawn_program(program: &[String]) -> Result<Option<Child>> {
-    let Some((name, args)) = program.split_first() else {
-        return Ok(None);
-    };
-    Command::new(name)
-        .args(args)
-        .spawn()
-        .map(Some)
-        .with_context(|| format!("starting {name}"))
-}
-
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(1)
-}
-
 fn print_line(delta: &Stats, since_start: Duration, model_updates: u64) {
     let mut line = format!("{:>7.1}s", since_start.as_secs_f64());
     for (name, v) in &delta.values {
@@ -563,6 +560,45 @@ mod tests {
         }
         let cli = <Cli as clap::Parser>::try_parse_from(["vsched"]).unwrap();
         assert_eq!(tunables(&cli.sched), Tunables::default());
+    }
+
+    /// docs/sched.md's flag table has a row for every flag `vsched sched`
+    /// shows in its help, and no row for a flag it does not take.
+    #[test]
+    fn the_docs_flag_table_lists_every_visible_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sched: SchedArgs,
+        }
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let visible: std::collections::BTreeSet<String> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sched.md");
+        let doc = std::fs::read_to_string(path).expect("docs/sched.md");
+        let table = doc
+            .split("| flag | default | what |")
+            .nth(1)
+            .expect("docs/sched.md has the flag table")
+            .split("\n\n")
+            .next()
+            .unwrap();
+        // The first cell's flags: "| `--x NAME`" or "| `-v`, `--verbose`".
+        let documented: std::collections::BTreeSet<String> = table
+            .lines()
+            .filter_map(|l| l.strip_prefix("| "))
+            .filter_map(|l| l.split(" |").next())
+            .flat_map(|cell| cell.split('`'))
+            .filter_map(|w| w.strip_prefix("--"))
+            .map(|w| format!("--{}", w.split_whitespace().next().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            documented, visible,
+            "docs/sched.md's flag table against `vsched sched --help`"
+        );
     }
 
     /// `vsched bench sched` names `vsched sched` flags as text: each must

@@ -61,14 +61,35 @@ fn counter(summary: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {name}: {summary:#}"))
 }
 
+/// Also: the program starts once the first model is in (the ready file
+/// exists when it starts), and with `--start-at-once` before it (the
+/// control: a first probe takes 0.3 s or more, so that run's program finds
+/// no ready file).
 #[test]
 fn loads_for_a_program_passes_its_exit_status_and_unloads() {
     let _guard = common::serial();
-    let cmd = "vsched sched -q -v --ready-file /tmp/r.json -- sh -c 'cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; \
+    let cmd = "vsched sched -q -v --ready-file /tmp/r.json -- sh -c '[ -s /tmp/r.json ] && echo @model-in-at-start; \
+               cat /sys/kernel/sched_ext/state /sys/kernel/sched_ext/root/ops; \
                for i in $(seq 300); do [ -s /tmp/r.json ] && break; sleep 0.1; done; echo \"@ready $(cat /tmp/r.json)\"; exit 7'; \
                echo \"status $?\"; [ -e /tmp/r.json ] && echo '@ready file left' ; cat /sys/kernel/sched_ext/state";
-    let out = run_in_guest("sched/two-free", &[cmd]);
+    let at_once = "vsched sched -q --start-at-once --ready-file /tmp/r2.json --stats-json /tmp/s2.json \
+                   -- sh -c '[ -s /tmp/r2.json ] || echo @at-once-before-model'; echo @at-once; cat /tmp/s2.json";
+    let out = run_in_guest("sched/two-free", &[cmd, at_once]);
     let (_, text) = &out[0];
+    assert!(
+        text.contains("@model-in-at-start"),
+        "the program started once the first model was in: {text}"
+    );
+    let (_, control) = &out[1];
+    assert!(
+        control.contains("@at-once-before-model"),
+        "with --start-at-once it started before: {control}"
+    );
+    assert_eq!(
+        summary_after(control, "@at-once")["program_started_before_model"],
+        true,
+        "{control}"
+    );
     assert!(
         text.contains("enabled\nvsched\n"),
         "the program ran under vsched's scheduler: {text}"

@@ -5,6 +5,7 @@
 use crate::history::History;
 use crate::metrics::Metrics;
 use crate::rwc::{self, CpusetRwc, RwcError};
+use crate::status::StatusSocket;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,6 +27,24 @@ pub struct DaemonStatus {
     pub report: Option<ProbeReport>,
     pub rwc: Option<RwcStatus>,
     pub sched: Option<SchedStatus>,
+}
+
+impl DaemonStatus {
+    /// The status of this process before its first report.
+    pub fn initial(metrics_url: String, rwc: Option<RwcStatus>) -> DaemonStatus {
+        DaemonStatus {
+            schema: STATUS_SCHEMA.to_string(),
+            pid: std::process::id(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            metrics_url,
+            model_updates: 0,
+            report: None,
+            rwc,
+            sched: None,
+        }
+    }
 }
 
 /// The daemon's scheduler (`--sched`) as `vsched status` shows it.
@@ -59,6 +78,25 @@ pub struct Latest {
 /// plain data, complete after every update.
 pub fn lock(latest: &Mutex<Latest>) -> MutexGuard<'_, Latest> {
     latest.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Answers the status socket from `latest` on a thread of its own: the
+/// status, or with the request "history" the recent reports.
+pub fn serve_status(
+    socket: Arc<StatusSocket>,
+    latest: Arc<Mutex<Latest>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("status".into())
+        .spawn(move || {
+            socket.serve(&|request| {
+                let guard = lock(&latest);
+                if request == "history" {
+                    return serde_json::to_string(&guard.history.answer()).unwrap_or_default();
+                }
+                serde_json::to_string(&guard.status).unwrap_or_default()
+            })
+        })
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use crate::tunables::Tunables;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use std::collections::VecDeque;
-use std::mem::{offset_of, MaybeUninit};
+use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 
@@ -89,9 +89,8 @@ fn bpf_error(what: &'static str, source: libbpf_rs::Error) -> SchedError {
 }
 
 /// The BPF map's value for `m`: intf.h's struct vcpu_model, as bindgen
-/// generated it, each field written at its own offset. A field added to
-/// intf.h stops the build here (the struct literal and the destructuring
-/// name every field) until it is filled.
+/// generated it, as the bytes the map stores. A field added to intf.h
+/// stops the build here until it is filled.
 fn model_value(m: &VcpuModel) -> [u8; std::mem::size_of::<vcpu_model>()] {
     let value = vcpu_model {
         capacity: m.capacity,
@@ -102,32 +101,28 @@ fn model_value(m: &VcpuModel) -> [u8; std::mem::size_of::<vcpu_model>()] {
         stack_mates_lo: m.stack_mates as u32,
         stack_mates_hi: (m.stack_mates >> 32) as u32,
     };
-    let vcpu_model {
-        capacity,
-        hidden,
-        episode_mean_us,
-        available_permille,
-        flags,
-        stack_mates_lo,
-        stack_mates_hi,
-    } = value;
-    let mut bytes = [0u8; std::mem::size_of::<vcpu_model>()];
-    for (offset, field) in [
-        (offset_of!(vcpu_model, capacity), capacity),
-        (offset_of!(vcpu_model, hidden), hidden),
-        (offset_of!(vcpu_model, episode_mean_us), episode_mean_us),
-        (
-            offset_of!(vcpu_model, available_permille),
-            available_permille,
-        ),
-        (offset_of!(vcpu_model, flags), flags),
-        (offset_of!(vcpu_model, stack_mates_lo), stack_mates_lo),
-        (offset_of!(vcpu_model, stack_mates_hi), stack_mates_hi),
-    ] {
-        bytes[offset..offset + 4].copy_from_slice(&field.to_ne_bytes());
-    }
-    bytes
+    let () = VCPU_MODEL_HAS_NO_PADDING;
+    // SAFETY: vcpu_model is #[repr(C)] and Copy, and has no padding
+    // (VCPU_MODEL_HAS_NO_PADDING), so every one of its bytes is an
+    // initialised byte of a field; the slice borrows `value` and is copied
+    // out at once.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&value as *const vcpu_model).cast::<u8>(),
+            std::mem::size_of::<vcpu_model>(),
+        )
+    };
+    let mut out = [0u8; std::mem::size_of::<vcpu_model>()];
+    out.copy_from_slice(bytes);
+    out
 }
+
+/// model_value's soundness: struct vcpu_model is its seven u32 fields and
+/// nothing else, no padding among them (intf.h keeps it so). A field added
+/// there fails this until it is counted, and a field other than u32 until
+/// padding is thought through.
+const VCPU_MODEL_HAS_NO_PADDING: () =
+    assert!(std::mem::size_of::<vcpu_model>() == 7 * std::mem::size_of::<u32>());
 
 /// A command name as the kernel keeps it (`comm`): at most 15 bytes and a
 /// NUL, zero-padded to 16, the BPF map's key.

@@ -152,3 +152,58 @@ static __always_inline s32 bvs_select_cpu(struct task_struct *p, s32 prev_cpu,
 		return -1;
 	return bvs_pick(p, tc, prev_cpu);
 }
+
+/*
+ * At a wake-up's enqueue: BVS chose a busy vCPU in select_cpu (its target
+ * is still the task's vCPU): take over its SCHED_IDLE work now, or queue
+ * behind its short task. Whether `p` was placed so.
+ */
+static __always_inline bool bvs_enqueue(struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tc = ctx_of(p);
+	s32 target;
+
+	if (!tc || !tc->bvs_target_plus1)
+		return false;
+	target = tc->bvs_target_plus1 - 1;
+	tc->bvs_target_plus1 = 0;
+	if (target != scx_bpf_task_cpu(p))
+		return false;
+	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
+			   enq_flags | (tc->bvs_preempt ? VS_ENQ_PREEMPT : 0));
+	return true;
+}
+
+/*
+ * Adds a run of `wall_ns` on `l`'s vCPU to the task's run since its
+ * wake-up, less the inactive time the vCPU's heartbeat saw since the
+ * task's mark (BVS judges the time the task really ran, not its vCPU's
+ * gaps), and moves the mark to now.
+ */
+static void add_run(struct task_ctx *tc, struct vcpu_live *l, u64 wall_ns)
+{
+	if (!l) {
+		tc->run_this_wake_ns += wall_ns;
+		return;
+	}
+	tc->run_this_wake_ns += vs_active_run(wall_ns, l->inactive_seen_ns -
+							   tc->inactive_mark_ns);
+	tc->inactive_mark_ns = l->inactive_seen_ns;
+}
+
+/* The task stops after running `used` ns on `l`'s vCPU; going to sleep
+ * (!runnable), one wake-up's worth of running is what BVS learns from. */
+static __always_inline void bvs_stopping(struct task_ctx *tc,
+					 struct vcpu_live *l, u64 used,
+					 bool runnable)
+{
+	add_run(tc, l, used);
+	if (runnable)
+		return;
+	tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);
+	tc->short_share = vs_short_share(tc->short_share, tc->wakes,
+					 tc->run_this_wake_ns);
+	tc->run_this_wake_ns = 0;
+	if (tc->wakes < VS_BVS_MIN_WAKES)
+		tc->wakes++;
+}

@@ -46,3 +46,23 @@ static bool is_idle_now(s32 cpu)
 	scx_bpf_put_idle_cpumask(idle);
 	return yes;
 }
+
+/*
+ * At `p`'s slice end on `cur` (or queued on a vCPU RWC now hides): a
+ * clearly stronger idle vCPU takes it directly (off a hidden `cur`, any
+ * idle visible one); whether one did.
+ */
+static __always_inline bool move_to_stronger(struct task_struct *p, s32 cur,
+					     u64 enq_flags)
+{
+	u32 cur_score = visible(cur) ? score(cur) : 0;
+	s32 cpu = find_best_idle(p, cur_score + 1);
+
+	if (cpu < 0 || vs_keep_prev(cur_score, score(cpu)) ||
+	    !scx_bpf_test_and_clear_cpu_idle(cpu))
+		return false;
+	count(VS_STAT_MOVED_STRONGER);
+	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL_ON | cpu, slice_ns, enq_flags);
+	scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
+	return true;
+}

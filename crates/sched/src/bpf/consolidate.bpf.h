@@ -248,6 +248,12 @@ static void consolidate_before_queueing(struct task_struct *p, u64 enq_flags)
 	}
 }
 
+/* The task goes to sleep: its run of slice ends is over. */
+static __always_inline void consolidate_sleeping(struct task_ctx *tc)
+{
+	tc->slice_end_waits = 0;
+}
+
 /* A normal task wakes: the progress the trials measure. */
 static void consolidate_wakeup(void)
 {

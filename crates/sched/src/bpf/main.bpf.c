@@ -130,17 +130,6 @@ s32 BPF_STRUCT_OPS(vsched_select_cpu, struct task_struct *p, s32 prev_cpu,
 	return prev_ok ? prev_cpu : scx_bpf_task_cpu(p);
 }
 
-/* Whether `p`, at the end of its slice, is owed its vCPU before every
- * normal task waiting for it. */
-static bool keeps_its_vcpu(struct task_struct *p)
-{
-	struct task_struct *head = normal_head(scx_bpf_task_cpu(p));
-
-	if (orphans_on() >= 0)
-		return false;
-	return !head || vs_keeps_vcpu(p->scx.dsq_vtime, head->scx.dsq_vtime);
-}
-
 static void enqueue_task(struct task_struct *p, u64 enq_flags);
 
 /*
@@ -174,82 +163,23 @@ static void enqueue_task(struct task_struct *p, u64 enq_flags)
 		enqueue_idle_policy(p, enq_flags);
 		return;
 	}
-	/* BVS chose a busy vCPU: take over its SCHED_IDLE work now, or
-	 * queue behind its short task. */
-	if (enq_flags & VS_ENQ_WAKEUP) {
-		struct task_ctx *tc = ctx_of(p);
-
-		if (tc && tc->bvs_target_plus1) {
-			s32 target = tc->bvs_target_plus1 - 1;
-
-			tc->bvs_target_plus1 = 0;
-			if (target == scx_bpf_task_cpu(p)) {
-				scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
-						   enq_flags | (tc->bvs_preempt ? VS_ENQ_PREEMPT : 0));
-				return;
-			}
-		}
-	}
-	/* Bound to one vCPU (per-CPU kthreads, the heavy probers): run it
-	 * there, unless that would pass over starving SCHED_IDLE work again
-	 * (a task inserted locally is run without a dispatch); queued, it
-	 * waits one dispatch. SCHED_IDLE work running there is pre-empted at
-	 * once, as the kernel's default does: without it, a thread bound to
-	 * a vCPU that a SCHED_IDLE spinner kept busy waited out the
-	 * spinner's slice at every wake-up (1.7 ms against the default's
-	 * 64 us; `schedbench wakeup`, busy_us). */
-	if (p->nr_cpus_allowed == 1 && !idle_starving_on(scx_bpf_task_cpu(p))) {
-		bool over_idle_work = running_idle_policy(scx_bpf_task_cpu(p));
-
-		count(VS_STAT_PINNED);
-		if (over_idle_work)
-			count(VS_STAT_PINNED_OVER_IDLE_POLICY);
-		scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
-				   enq_flags | (over_idle_work ? VS_ENQ_PREEMPT : 0));
+	if ((enq_flags & VS_ENQ_WAKEUP) && bvs_enqueue(p, enq_flags))
 		return;
-	}
+	if (enqueue_bound(p, enq_flags))
+		return;
 	/*
-	 * A task whose slice ended (or that was queued on a vCPU RWC now
-	 * hides) moves to a clearly stronger idle vCPU directly: nothing else
-	 * would move it, since its own vCPU consumes the queue first.
-	 * Otherwise it stays where it ran, straight back onto its vCPU and
-	 * with no idle vCPU kicked, unless a waiting task is owed the vCPU
-	 * first (lower virtual time). Kicking one made the two race for the
-	 * task, which then changed vCPUs at every slice end;
-	 * under TCG that cost a CPU-bound thread 40% of its speed (measured:
-	 * 0.50 s against 0.37 s for `schedbench cpu 1 200000000` on two free
-	 * vCPUs). Yielding to any waiting task, owed or not, swapped two
-	 * CPU-bound threads between vCPUs whenever a third task woke.
+	 * At a slice end (or queued on a vCPU RWC now hides): IVH's move
+	 * first, then a clearly stronger idle vCPU, then the vCPU it ran on
+	 * if it is owed it. Nothing else would move such a task, since its
+	 * own vCPU consumes the queue first.
 	 */
 	if (!(enq_flags & VS_ENQ_WAKEUP)) {
 		s32 cur = scx_bpf_task_cpu(p);
-		bool cur_visible = visible(cur);
-		u32 cur_score = cur_visible ? score(cur) : 0;
 
-		if (ivh_enqueue(p, cur, enq_flags))
+		if (ivh_enqueue(p, cur, enq_flags) ||
+		    move_to_stronger(p, cur, enq_flags) ||
+		    keep_running(p, cur, enq_flags))
 			return;
-		cpu = find_best_idle(p, cur_score + 1);
-		if (cpu >= 0 && !vs_keep_prev(cur_score, score(cpu)) &&
-		    scx_bpf_test_and_clear_cpu_idle(cpu)) {
-			count(VS_STAT_MOVED_STRONGER);
-			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL_ON | cpu, slice_ns,
-					   enq_flags);
-			scx_bpf_kick_cpu(cpu, VS_KICK_IDLE);
-			return;
-		}
-		/*
-		 * Kept only when nothing waits in this vCPU's own queue
-		 * either: tasks there are invisible to idle vCPUs, and
-		 * keeping each in turn at its slice end held three CPU-bound
-		 * threads on one vCPU for seconds while three vCPUs idled
-		 * (seen in the IVH layout: 4.0 s against 1.4 s).
-		 */
-		if (cur_visible && !scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cur) &&
-		    keeps_its_vcpu(p) && !idle_starving_on(cur)) {
-			count(VS_STAT_KEPT_RUNNING);
-			scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
-			return;
-		}
 	}
 	/*
 	 * Queued: a wake-up no idle vCPU took, or a slice end where another
@@ -347,23 +277,6 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	start_beating(cpu, l);
 }
 
-/*
- * Adds a run of `wall_ns` on `l`'s vCPU to the task's run since its
- * wake-up, less the inactive time the vCPU's heartbeat saw since the
- * task's mark (BVS judges the time the task really ran, not its vCPU's
- * gaps), and moves the mark to now.
- */
-static void add_run(struct task_ctx *tc, struct vcpu_live *l, u64 wall_ns)
-{
-	if (!l) {
-		tc->run_this_wake_ns += wall_ns;
-		return;
-	}
-	tc->run_this_wake_ns += vs_active_run(wall_ns, l->inactive_seen_ns -
-							   tc->inactive_mark_ns);
-	tc->inactive_mark_ns = l->inactive_seen_ns;
-}
-
 void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 {
 	u64 used = slice_ns > p->scx.slice ? slice_ns - p->scx.slice : 0;
@@ -381,17 +294,9 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	tc = ctx_of(p);
 	if (!tc)
 		return;
-	add_run(tc, l, used);
-	if (!runnable) {
-		/* Going to sleep: one wake-up's worth of running, for BVS. */
-		tc->avg_run_ns = vs_ewma(tc->avg_run_ns, tc->run_this_wake_ns);
-		tc->short_share = vs_short_share(tc->short_share, tc->wakes,
-						 tc->run_this_wake_ns);
-		tc->run_this_wake_ns = 0;
-		tc->slice_end_waits = 0;
-		if (tc->wakes < VS_BVS_MIN_WAKES)
-			tc->wakes++;
-	}
+	bvs_stopping(tc, l, used, runnable);
+	if (!runnable)
+		consolidate_sleeping(tc);
 }
 
 /* A task becomes runnable: whether its name was declared latency-sensitive. */

@@ -156,3 +156,65 @@ static u32 normal_waiting_for(s32 cpu)
 	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) +
 	       (orphans_on() >= 0);
 }
+
+/* Whether `p`, at the end of its slice, is owed its vCPU before every
+ * normal task waiting for it. */
+static bool keeps_its_vcpu(struct task_struct *p)
+{
+	struct task_struct *head = normal_head(scx_bpf_task_cpu(p));
+
+	if (orphans_on() >= 0)
+		return false;
+	return !head || vs_keeps_vcpu(p->scx.dsq_vtime, head->scx.dsq_vtime);
+}
+
+/*
+ * At `p`'s slice end on `cur`: it stays, straight back onto its vCPU
+ * with no idle vCPU kicked, unless a waiting task is owed the vCPU first
+ * (lower virtual time); whether it stayed. Kicking one made the two race
+ * for the task, which then changed vCPUs at every slice end; under TCG
+ * that cost a CPU-bound thread 40% of its speed (measured: 0.50 s
+ * against 0.37 s for `schedbench cpu 1 200000000` on two free vCPUs).
+ * Yielding to any waiting task, owed or not, swapped two CPU-bound
+ * threads between vCPUs whenever a third task woke. Kept only when
+ * nothing waits in this vCPU's own queue either: tasks there are
+ * invisible to idle vCPUs, and keeping each in turn at its slice end held
+ * three CPU-bound threads on one vCPU for seconds while three vCPUs idled
+ * (seen in the IVH layout: 4.0 s against 1.4 s).
+ */
+static __always_inline bool keep_running(struct task_struct *p, s32 cur,
+					 u64 enq_flags)
+{
+	if (!visible(cur) || scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cur) ||
+	    !keeps_its_vcpu(p) || idle_starving_on(cur))
+		return false;
+	count(VS_STAT_KEPT_RUNNING);
+	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);
+	return true;
+}
+
+/*
+ * A task bound to one vCPU (per-CPU kthreads, the heavy probers) runs
+ * there, unless that would pass over starving SCHED_IDLE work again (a
+ * task inserted locally is run without a dispatch); queued, it waits one
+ * dispatch. SCHED_IDLE work running there is pre-empted at once, as the
+ * kernel's default does: without it, a thread bound to a vCPU that a
+ * SCHED_IDLE spinner kept busy waited out the spinner's slice at every
+ * wake-up (1.7 ms against the default's 64 us; `schedbench wakeup`,
+ * busy_us). Whether `p` was placed so.
+ */
+static __always_inline bool enqueue_bound(struct task_struct *p, u64 enq_flags)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	bool over_idle_work;
+
+	if (p->nr_cpus_allowed != 1 || idle_starving_on(cpu))
+		return false;
+	over_idle_work = running_idle_policy(cpu);
+	count(VS_STAT_PINNED);
+	if (over_idle_work)
+		count(VS_STAT_PINNED_OVER_IDLE_POLICY);
+	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns,
+			   enq_flags | (over_idle_work ? VS_ENQ_PREEMPT : 0));
+	return true;
+}
