@@ -32,6 +32,6 @@ if a.json:
     qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout.splitlines()
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with open(a.json, "w") as f:
-        json.dump({"schema": "vsched-bench-lab-boot-v1", "runs": a.runs, "commit": rev or None,
+        json.dump({"schema": "vsched-bench-lab-boot-v1", "runs": a.runs, "checkout_head": rev or None,
                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "qemu": qemu[0] if qemu else None, "rows": rows}, f, indent=1)

@@ -71,7 +71,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"schema": "vsched-bench-neighbour-v1", "runs": a.runs,
                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "commit": commit(), "rows": rows}, f, indent=1)
+                       "checkout_head": commit(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

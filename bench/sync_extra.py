@@ -95,7 +95,7 @@ def main():
     if not os.path.exists(VSCHED):
         sys.exit(f"{VSCHED} not found: run `cargo build --release` first")
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    report = {"schema": "vsched-bench-sync-extra-v1", "runs": a.runs, "commit": rev.stdout.strip() or None,
+    report = {"schema": "vsched-bench-sync-extra-v1", "runs": a.runs, "checkout_head": rev.stdout.strip() or None,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "vcpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="vsched-sync-extra-") as tmp:
         if a.only in (None, "beside"):

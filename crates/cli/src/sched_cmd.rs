@@ -168,15 +168,20 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let program_exit_code = match fed.program_exit_code {
         Some(code) => Some(code),
         None => {
-            if let Some(e) = &ending.ejected {
+            if let (Some(e), true) = (&ending.ejected, program.given()) {
                 // The program goes on (or starts) under the kernel's own
                 // scheduler; its exit status is still this command's.
+                let verb = if program.started() {
+                    "goes on"
+                } else {
+                    "starts"
+                };
                 eprintln!(
-                    "vsched sched: the kernel ejected the scheduler ({}: {}); the program goes on under the kernel's default scheduler",
+                    "vsched sched: the kernel ejected the scheduler ({}: {}); the program {verb} under the kernel's default scheduler",
                     e.reason, e.message
                 );
             }
-            program.finish()?
+            program.finish(model_updates > 0)?
         }
     };
     drop(reports);
@@ -383,13 +388,13 @@ fn feed_until_done(
             }
         }
 
-        program.start_if_due(ready.written, started.elapsed())?;
+        program.start_if_due(ready.written)?;
         if let Some(code) = program.exited()? {
             fed.program_exit_code = Some(code);
             return Ok(fed);
         }
         if signals::stopped() {
-            fed.program_exit_code = program.finish()?;
+            fed.program_exit_code = program.finish(ready.written)?;
             return Ok(fed);
         }
         if !args.quiet && last_print.elapsed() >= args.interval {

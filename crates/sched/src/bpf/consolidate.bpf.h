@@ -140,7 +140,8 @@ static bool set_parked(s32 cpu, bool parked)
 }
 
 /* Whether `cpu`'s inactive episodes are among the VM's shortest, as
- * measured (unmeasured: no, so capacity alone decides). */
+ * measured (unmeasured: no, so of an unmeasured vCPU and a measured one
+ * with short episodes, the measured one is kept). */
 static bool short_episodes(s32 cpu)
 {
 	const struct vcpu_model *m = model_of(cpu);
@@ -150,9 +151,10 @@ static bool short_episodes(s32 cpu)
 
 /*
  * The parked vCPU to give back first (vs_unpark_rather) of those RWC
- * leaves usable and `p` (NULL: any task) may run on, or -1.
+ * leaves usable and `p` (NULL: any task) may run on, or -1;
+ * `*by_episodes`: whether capacity alone would have chosen another.
  */
-static s32 strongest_parked(const struct task_struct *p)
+static s32 strongest_parked(const struct task_struct *p, bool *by_episodes)
 {
 	u32 best_score = 0, best_short = 0, cap_score = 0;
 	s32 best = -1, by_capacity = -1, cpu;
@@ -178,15 +180,20 @@ static s32 strongest_parked(const struct task_struct *p)
 			cap_score = s;
 		}
 	}
-	if (best != by_capacity)
-		count(VS_STAT_CHOSEN_BY_EPISODES);
+	*by_episodes = best != by_capacity;
 	return best;
 }
 
 /* Un-parks the strongest parked vCPU `p` may use; whether there was one. */
 static bool unpark_strongest(const struct task_struct *p)
 {
-	return set_parked(strongest_parked(p), false);
+	bool by_episodes;
+
+	if (!set_parked(strongest_parked(p, &by_episodes), false))
+		return false;
+	if (by_episodes)
+		count(VS_STAT_CHOSEN_BY_EPISODES);
+	return true;
 }
 
 /*
@@ -355,11 +362,15 @@ static void consolidate_period(struct consolidate_scan *sc, u64 now)
 			count(VS_STAT_CHOSEN_BY_EPISODES);
 	} else if (vs_saturated(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS) &&
 		   nr_parked) {
-		cpu = strongest_parked(NULL);
+		bool by_episodes;
+
+		cpu = strongest_parked(NULL, &by_episodes);
 		if (cpu < 0 || !set_parked(cpu, false))
 			return;
 		t->narrowed = 0;
 		count(VS_STAT_TRIALS_WIDENED);
+		if (by_episodes)
+			count(VS_STAT_CHOSEN_BY_EPISODES);
 	} else {
 		return;
 	}

@@ -305,6 +305,14 @@ int main(void)
 	CHECK(vs_unpark_rather(950, 1, 1024, 0, 1));
 	CHECK(!vs_unpark_rather(950, 1, 1024, 0, 0));
 	CHECK(!vs_unpark_rather(1024, 1, 1024, 1, 1));
+	/* The margin's edge: 768 is within a quarter of 1024, 767 not. */
+	CHECK(vs_episodes_decide(1024, 0, 768, 1, 1));
+	CHECK(!vs_episodes_decide(1024, 0, 767, 1, 1));
+	/* Beyond it, capacity decides even against short episodes. */
+	CHECK(vs_park_rather(767, 1, 1024, 0, 1));
+	/* Equal capacity, different episodes: the episodes decide. */
+	CHECK(vs_park_rather(1024, 0, 1024, 1, 1));
+	CHECK(!vs_park_rather(1024, 1, 1024, 0, 1));
 
 	if (failures)
 		return 1;
