@@ -56,9 +56,10 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
 
 THE SCHEDULER (--sched, for kernels with sched_ext)
   With --sched the daemon loads vsched's sched_ext scheduler (what `vsched
-  sched` loads, with its defaults) and hands it every model update; RWC,
-  capacity placement, BVS and IVH then happen in the kernel, for every
-  task. The kernel falls back to its own scheduler when the daemon stops,
+  sched` loads, with the same flags: --consolidate, --no-ivh, ...) and
+  hands it every model update; RWC, capacity placement, BVS and IVH then
+  happen in the kernel, for every task; with --consolidate the vCPUs it
+  parks are in `vsched status`, its plot and vsched_vcpu_parked. The kernel falls back to its own scheduler when the daemon stops,
   however it stops. If the kernel ejects the scheduler (its reason is
   printed), the daemon goes on serving metrics without it. Not together
   with --rwc-cgroup (the scheduler does RWC for every task already).
@@ -71,6 +72,7 @@ METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_hidden_steal_ratio            time lost but not reported
   vsched_vcpu_inactive_episode_mean_seconds, ..._p95_seconds
   vsched_vcpu_stacked, vsched_vcpu_straggler  0 or 1
+  vsched_vcpu_parked                        0 or 1 (--sched --consolidate)
   vsched_vcpu_pair_latency_seconds{vcpu_a,vcpu_b,relation}  per vCPU pair
   and vsched_model_updates_total, vsched_probe_cpu_ratio (what the
   probers take from programs, share of one vCPU), vsched_probe_idle_cpu_ratio
@@ -117,6 +119,10 @@ pub struct DaemonArgs {
     #[arg(long, conflicts_with_all = ["rwc_cgroups", "restore"])]
     sched: bool,
 
+    /// The scheduler's own flags, as `vsched sched` takes them (only with --sched)
+    #[command(flatten, next_help_heading = "The scheduler (with --sched)")]
+    sched_tunables: Tunables,
+
     /// (watchdog) With --restore: wait until standard input closes first
     #[arg(long, requires = "restore", hide = true)]
     after_stdin_closes: bool,
@@ -128,6 +134,11 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub fn run(args: DaemonArgs) -> Result<bool> {
     if args.restore {
         return restore(&args.rwc_state, args.after_stdin_closes);
+    }
+    if !args.sched && args.sched_tunables != Tunables::default() {
+        anyhow::bail!(
+            "the scheduler's flags (--no-rwc, --consolidate, --slice, ...) take effect only with --sched"
+        );
     }
     if !args.listen.ip().is_loopback() {
         eprintln!(
@@ -167,7 +178,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     }));
     state::serve_status(status_socket, Arc::clone(&latest))
         .context("starting the status socket")?;
-    let sched = start_sched(args.sched)?;
+    let sched = start_sched(&args)?;
     let mut daemon = Running::new(metrics, latest, rwc, sched);
     let reports = start_probers(&args)?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
@@ -185,14 +196,21 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     Ok(clean)
 }
 
-/// `--sched`: vsched's scheduler, loaded with its defaults.
-fn start_sched(wanted: bool) -> Result<Option<Session>> {
-    if !wanted {
+/// `--sched`: vsched's scheduler, loaded with the scheduler's flags.
+fn start_sched(args: &DaemonArgs) -> Result<Option<Session>> {
+    if !args.sched {
         return Ok(None);
     }
     preflight::check()?;
-    let s = Session::start(Tunables::default(), &[])?;
-    eprintln!("vsched daemon: vsched's sched_ext scheduler loaded");
+    let s = Session::start(args.sched_tunables.resolved(), &[])?;
+    eprintln!(
+        "vsched daemon: vsched's sched_ext scheduler loaded{}",
+        if args.sched_tunables.consolidate {
+            " (consolidation on)"
+        } else {
+            ""
+        }
+    );
     Ok(Some(s))
 }
 

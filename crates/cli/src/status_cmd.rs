@@ -96,6 +96,10 @@ fn print_table(s: &DaemonStatus) {
                 "  scheduler: ejected by the kernel: {} ({})",
                 e.reason, e.message
             ),
+            None if sched.loaded && !sched.parked.is_empty() => println!(
+                "  scheduler: loaded; consolidation parks vCPUs [{}]",
+                vsched_model::cpulist::format_cpu_list(&sched.parked)
+            ),
             None if sched.loaded => println!("  scheduler: loaded"),
             None => println!("  scheduler: not loaded"),
         }
@@ -121,6 +125,12 @@ fn print_table(s: &DaemonStatus) {
         }
         if v.straggler {
             flags.push("straggler".to_string());
+        }
+        if s.sched
+            .as_ref()
+            .is_some_and(|sc| sc.parked.contains(&v.cpu))
+        {
+            flags.push("parked".to_string());
         }
         println!(
             "  {:>4} {:>8} {:>9}% {:>6}% {:>13} {:>12}  {}",

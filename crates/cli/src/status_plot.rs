@@ -2,7 +2,7 @@
 //! (plotters SVG): per vCPU over the last minutes, the share of time it
 //! was available, and its inactive episodes (mean, and p95 dashed); the
 //! stretches RWC kept a vCPU hidden are drawn thick in the availability
-//! panel.
+//! panel, and those the scheduler's consolidation parked it dashed.
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -65,7 +65,7 @@ fn draw(h: &HistoryAnswer, path: &Path) -> Result<(), Box<dyn std::error::Error>
 
     let mut avail = ChartBuilder::on(&top)
         .caption(
-            "available share per vCPU (thick: hidden by user-space RWC)",
+            "available share per vCPU (thick: hidden by user-space RWC; dashed: parked by consolidation)",
             ("sans-serif", 16),
         )
         .margin(10)
@@ -86,9 +86,14 @@ fn draw(h: &HistoryAnswer, path: &Path) -> Result<(), Box<dyn std::error::Error>
             ))?
             .label(format!("vCPU {cpu}"))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-        // Hidden stretches: the same line, thick.
-        for stretch in hidden_stretches(samples, cpu) {
+        // Hidden stretches: the same line, thick; parked ones dashed
+        // above it.
+        for stretch in stretches(samples, cpu, |v| v.hidden) {
             avail.draw_series(LineSeries::new(stretch, color.stroke_width(6)))?;
+        }
+        for stretch in stretches(samples, cpu, |v| v.parked) {
+            let lifted: Vec<(f64, f64)> = stretch.iter().map(|&(x, y)| (x, y + 0.02)).collect();
+            avail.draw_series(DashedLineSeries::new(lifted, 6, 4, color.stroke_width(3)))?;
         }
     }
     avail
@@ -134,16 +139,20 @@ fn draw(h: &HistoryAnswer, path: &Path) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-/// The runs of consecutive samples in which `cpu` was hidden, as
-/// availability series.
-fn hidden_stretches(samples: &[Sample], cpu: u32) -> Vec<Vec<(f64, f64)>> {
+/// The runs of consecutive samples in which `cpu` was `marked` (hidden,
+/// parked), as availability series.
+fn stretches(
+    samples: &[Sample],
+    cpu: u32,
+    marked: impl Fn(&VcpuPoint) -> bool,
+) -> Vec<Vec<(f64, f64)>> {
     let newest = samples.last().map_or(0, |s| s.unix_ms);
     let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut open = false;
     for s in samples {
         let point = s.vcpus.iter().find(|v| v.cpu == cpu);
         match point {
-            Some(v) if v.hidden => {
+            Some(v) if marked(v) => {
                 if !open {
                     out.push(Vec::new());
                     open = true;
@@ -170,11 +179,12 @@ mod tests {
             episode_p95_ms: Some(2.0),
             capacity: Some(1024),
             hidden,
+            parked: !hidden,
         }
     }
 
     #[test]
-    fn hidden_stretches_split_where_the_vcpu_came_back() {
+    fn stretches_split_where_the_vcpu_came_back() {
         let samples: Vec<Sample> = [true, true, false, true]
             .iter()
             .enumerate()
@@ -183,10 +193,15 @@ mod tests {
                 vcpus: vec![point(0, false), point(1, h)],
             })
             .collect();
-        let stretches = hidden_stretches(&samples, 1);
-        assert_eq!(stretches.len(), 2);
-        assert_eq!(stretches[0], vec![(-3.0, 0.5), (-2.0, 0.5)]);
-        assert!(hidden_stretches(&samples, 0).is_empty());
+        let hidden = stretches(&samples, 1, |v| v.hidden);
+        assert_eq!(hidden.len(), 2);
+        assert_eq!(hidden[0], vec![(-3.0, 0.5), (-2.0, 0.5)]);
+        assert!(stretches(&samples, 0, |v| v.hidden).is_empty());
+        assert_eq!(
+            stretches(&samples, 1, |v| v.parked).len(),
+            1,
+            "parked where not hidden"
+        );
         assert_eq!(vcpus(&samples), vec![0, 1]);
     }
 }

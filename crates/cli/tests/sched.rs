@@ -133,6 +133,9 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
 /// `vsched daemon --sched`: the daemon loads the scheduler, feeds it the
 /// model (the status shows it loaded with counters moving and models
 /// written), and SIGTERM unloads it (the kernel's own scheduler is back).
+/// With `--consolidate` too, in the same guest: the idle guest's set
+/// narrows, and the status, its table and the metrics name the parked
+/// vCPU; without it (the first run) nothing is parked.
 #[test]
 fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
     let _guard = common::serial();
@@ -144,7 +147,17 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
         wait_state("enabled"),
         wait_state("disabled")
     );
-    let out = run_in_guest("sched/two-free", &[&cmd]);
+    // An idle guest narrows within a few seconds (the consolidation
+    // test's idle phase: 3 s); 15 s allowed.
+    let consolidated = format!(
+        "vsched daemon --sched --consolidate 2>/tmp/c.log & D=$!; {}; \
+         for i in $(seq 75); do vsched status --json > /tmp/c.json 2>/dev/null && grep -q '\"parked\":\\[[0-9]' /tmp/c.json && break; sleep 0.2; done; \
+         echo \"@status $(tr -d '\\n' < /tmp/c.json)\"; vsched status | sed 's/^/@table /'; \
+         wget -qO- http://127.0.0.1:9488/metrics | grep '^vsched_vcpu_parked' | sed 's/^/@metric /'; \
+         kill -TERM $D; wait $D; echo \"@exit $?\"",
+        wait_state("enabled")
+    );
+    let out = run_in_guest("sched/two-free", &[&cmd, &consolidated]);
     let (_, text) = &out[0];
     assert!(text.contains("@state enabled vsched"), "loaded: {text}");
     let status: Value = serde_json::from_str(
@@ -165,8 +178,40 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
         .filter_map(Value::as_u64)
         .sum();
     assert!(decisions > 0, "the scheduler made decisions: {status:#}");
+    assert_eq!(
+        status["sched"]["parked"],
+        serde_json::json!([]),
+        "nothing parked without --consolidate: {status:#}"
+    );
     assert!(text.contains("@exit 0"), "{text}");
     assert!(text.contains("@after disabled"), "unloaded: {text}");
+
+    let (_, text) = &out[1];
+    let status: Value = serde_json::from_str(
+        text.lines()
+            .find_map(|l| l.strip_prefix("@status "))
+            .unwrap_or_else(|| panic!("{text}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {text}"));
+    let parked = status["sched"]["parked"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(
+        parked.len(),
+        1,
+        "the idle guest narrowed to one vCPU: {status:#}"
+    );
+    assert!(
+        text.contains("@table   scheduler: loaded; consolidation parks vCPUs ["),
+        "{text}"
+    );
+    let parked_metric: f64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("@metric "))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(parked_metric, 1.0, "vsched_vcpu_parked: {text}");
+    assert!(text.contains("@exit 0"), "{text}");
 }
 
 /// A slice that runs out where its end could only keep the task is renewed

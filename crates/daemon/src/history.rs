@@ -19,6 +19,10 @@ pub struct VcpuPoint {
     pub capacity: Option<u32>,
     /// Kept off by user-space RWC at this report.
     pub hidden: bool,
+    /// Parked by the scheduler's consolidation at this report (absent
+    /// from histories of daemons before it: false).
+    #[serde(default)]
+    pub parked: bool,
 }
 
 /// One report's points.
@@ -64,9 +68,9 @@ impl History {
         }
     }
 
-    /// Adds a report's rows (at `unix_ms`), with the vCPUs RWC hides, and
-    /// forgets what fell out of the window.
-    pub fn push(&mut self, unix_ms: u64, vcpus: &[VcpuReport], hidden: &[u32]) {
+    /// Adds a report's rows (at `unix_ms`), with the vCPUs RWC hides and
+    /// those consolidation parks, and forgets what fell out of the window.
+    pub fn push(&mut self, unix_ms: u64, vcpus: &[VcpuReport], hidden: &[u32], parked: &[u32]) {
         let ms = |us: f64| (us / 1e3) as f32;
         self.samples.push_back(Sample {
             unix_ms,
@@ -79,6 +83,7 @@ impl History {
                     episode_p95_ms: v.episodes.as_ref().map(|e| ms(e.p95_us)),
                     capacity: v.capacity,
                     hidden: hidden.contains(&v.cpu),
+                    parked: parked.contains(&v.cpu),
                 })
                 .collect(),
         });
@@ -119,7 +124,7 @@ mod tests {
     fn keeps_the_window_in_plot_units_and_marks_hidden_vcpus() {
         let mut h = History::new(10_000);
         for t in 0..30u64 {
-            h.push(t * 1000, &[row(0, 50.0), row(1, 100.0)], &[1]);
+            h.push(t * 1000, &[row(0, 50.0), row(1, 100.0)], &[1], &[0]);
         }
         let a = h.answer();
         // 19 s..29 s: samples at most 10 s older than the newest.
@@ -127,9 +132,9 @@ mod tests {
         assert_eq!(a.samples[0].unix_ms, 19_000);
         let p = &a.samples[0].vcpus[0];
         assert_eq!(
-            (p.available, p.episode_mean_ms, p.hidden),
-            (Some(0.5), Some(1.5), false)
+            (p.available, p.episode_mean_ms, p.hidden, p.parked),
+            (Some(0.5), Some(1.5), false, true)
         );
-        assert!(a.samples[0].vcpus[1].hidden);
+        assert!(a.samples[0].vcpus[1].hidden && !a.samples[0].vcpus[1].parked);
     }
 }

@@ -84,6 +84,7 @@ pub struct Metrics {
     rwc_changes: Counter,
     sched_loaded: Gauge,
     sched_events: Family<EventLabel, Counter>,
+    sched_parked: Family<VcpuLabel, Gauge>,
     pair_latency: Family<PairLabel, FloatGauge>,
 }
 
@@ -158,6 +159,12 @@ impl Metrics {
             "1 while the daemon's sched_ext scheduler is loaded (only with --sched)",
             sched_loaded.clone(),
         );
+        let sched_parked = Family::<VcpuLabel, Gauge>::default();
+        registry.register(
+            "vcpu_parked",
+            "1 if the scheduler's consolidation keeps normal tasks off the vCPU now (only with --sched --consolidate)",
+            sched_parked.clone(),
+        );
         let sched_events = Family::<EventLabel, Counter>::default();
         registry.register(
             "sched_events",
@@ -175,6 +182,7 @@ impl Metrics {
             rwc_changes,
             sched_loaded,
             sched_events,
+            sched_parked,
             pair_latency,
         }
     }
@@ -260,6 +268,16 @@ impl Metrics {
             self.sched_events
                 .get_or_create(&vec![("event", name)])
                 .inc_by(by);
+        }
+    }
+
+    /// Which of the report's `vcpus` consolidation parks now.
+    pub fn update_parked(&self, vcpus: &[VcpuReport], parked: &[u32]) {
+        for v in vcpus {
+            let label = vec![("vcpu", v.cpu.to_string())];
+            self.sched_parked
+                .get_or_create(&label)
+                .set(i64::from(parked.contains(&v.cpu)));
         }
     }
 

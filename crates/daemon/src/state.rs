@@ -55,6 +55,10 @@ pub struct SchedStatus {
     pub ejected: Option<ExitInfo>,
     /// Its counters over every load (name: count).
     pub counters: serde_json::Map<String, serde_json::Value>,
+    /// The vCPUs its consolidation parks now (`--consolidate`; absent
+    /// from the status of daemons before it: none).
+    #[serde(default)]
+    pub parked: Vec<u32>,
 }
 
 /// User-space RWC (`--rwc-cgroup`) as `vsched status` shows it.
@@ -154,15 +158,19 @@ impl Running {
                 .update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
         }
         let mut sched_status = None;
+        let mut parked = Vec::new();
         if let Some(s) = self.sched.as_mut() {
             s.feed(&r).map_err(RunningError::Sched)?;
             let now = s.totals().map_err(RunningError::Sched)?;
+            parked = s.parked().map_err(RunningError::Sched)?;
             self.metrics
                 .update_sched(s.is_loaded(), &now.since(&self.counted).values);
+            self.metrics.update_parked(&r.vcpus, &parked);
             sched_status = Some(SchedStatus {
                 loaded: s.is_loaded(),
                 ejected: None,
                 counters: now.to_json_map(),
+                parked: parked.clone(),
             });
             self.counted = now;
         }
@@ -178,7 +186,9 @@ impl Running {
             status.sched = Some(s);
         }
         let hidden = self.rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
-        guard.history.push(r.unix_time_ms, &r.vcpus, hidden);
+        guard
+            .history
+            .push(r.unix_time_ms, &r.vcpus, hidden, &parked);
         guard.status.report = Some(r);
         Ok(change)
     }

@@ -5,7 +5,7 @@
 //! process dies first, the kernel drops the link itself and switches every
 //! task back to its default scheduler: there is nothing to restore.
 
-use crate::bpf_intf::vcpu_model;
+use crate::bpf_intf::{vcpu_live, vcpu_model};
 use crate::bpf_skel::{BpfSkel, BpfSkelBuilder, OpenBpfSkel};
 use crate::error::SchedError;
 use crate::model::VcpuModel;
@@ -232,6 +232,29 @@ impl<'obj> Scheduler<'obj> {
                 .map_err(|e| bpf_error("writing the vCPU model", e))?;
         }
         Ok(())
+    }
+
+    /// The vCPUs consolidation has parked now (no normal task is placed
+    /// there), ascending; empty without `--consolidate`.
+    pub fn parked(&self) -> Result<Vec<u32>, SchedError> {
+        let at = std::mem::offset_of!(vcpu_live, parked);
+        let mut parked = Vec::new();
+        for cpu in 0..self.nr_cpus as u32 {
+            let value = self
+                .skel
+                .maps
+                .vcpu_lives
+                .lookup(&cpu.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| bpf_error("reading the vCPUs' live state", e))?;
+            let field = value
+                .as_deref()
+                .and_then(|v| v.get(at..at + 4))
+                .and_then(|b| <[u8; 4]>::try_from(b).ok());
+            if field.is_some_and(|b| u32::from_ne_bytes(b) != 0) {
+                parked.push(cpu);
+            }
+        }
+        Ok(parked)
     }
 
     /// The counters so far, summed over CPUs.

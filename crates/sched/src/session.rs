@@ -139,6 +139,12 @@ impl Session {
         self.model_updates
     }
 
+    /// The vCPUs consolidation has parked now (empty when it is off, or
+    /// while no scheduler is loaded).
+    pub fn parked(&self) -> Result<Vec<u32>, SchedError> {
+        self.current.as_ref().map_or(Ok(Vec::new()), |s| s.parked())
+    }
+
     /// Turns a probe report into the model (with RWC's choice if RWC is
     /// on) and writes it to the scheduler, if loaded. True when what RWC
     /// hides changed, or this is the first model: the event a user, or a
