@@ -142,6 +142,10 @@ impl Session {
     /// The vCPUs consolidation has parked now (empty when it is off, or
     /// while no scheduler is loaded).
     pub fn parked(&self) -> Result<Vec<u32>, SchedError> {
+        // Without consolidation nothing is ever parked: no map reads.
+        if !self.tunables.consolidate {
+            return Ok(Vec::new());
+        }
         self.current.as_ref().map_or(Ok(Vec::new()), |s| s.parked())
     }
 
