@@ -378,6 +378,44 @@ fn interrupt_and_kill_leave_nothing_behind() {
     );
 }
 
+/// The control of the tests' retry after the emulator's panics
+/// (common::lab::boot_past_emulator_panics): a guest kernel that panics
+/// for any other reason while the commands run (here told to, through
+/// sysrq) fails at once, with the panic's reason, and is not booted again.
+#[test]
+fn a_guest_panic_of_the_commands_own_is_not_taken_for_the_emulators() {
+    let _guard = common::serial();
+    let two_free = layout("two-free");
+    let (out, retries) = common::lab::boot_past_emulator_panics(
+        "two-free",
+        &[
+            "lab",
+            "run",
+            &two_free,
+            "--cmd",
+            "echo c > /proc/sysrq-trigger",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the guest kernel panicked while the commands ran;"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("sysrq triggered crash"), "{stderr}");
+    assert!(
+        !stderr.contains(vsched_lab::error::STALE_BREAKPOINT),
+        "{stderr}"
+    );
+    // Below the limit: a retry that took this panic for the emulator's
+    // would have used them all (one or two boot panics before it are
+    // allowed, as rare as they are).
+    assert!(
+        retries < common::lab::EMULATOR_PANIC_RETRIES,
+        "booted again after a panic of its own"
+    );
+}
+
 #[test]
 fn bad_layouts_and_paths_are_refused() {
     let _guard = common::serial();

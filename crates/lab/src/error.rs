@@ -8,6 +8,11 @@ use std::path::PathBuf;
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
+/// How a guest panic's message names the emulator's stale breakpoint, so
+/// that callers running `vsched lab` can tell it from other panics.
+pub const STALE_BREAKPOINT: &str =
+    "at a breakpoint its memory no longer holds: the emulator's defect, not the guest's (docs/lab.md, \"The emulator\")";
+
 /// Errors of the lab library.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -145,12 +150,20 @@ pub enum LabError {
     /// The guest kernel panicked: while booting (before any command ran,
     /// so nothing of the layout's commands can be to blame), or during them.
     #[error(
-        "the guest kernel panicked {}; last console lines:\n{console_tail}",
-        if *during_commands { "while the commands ran" } else { "while booting, before any command ran" }
+        "the guest kernel panicked {}{}; its report:\n{console_tail}",
+        if *during_commands { "while the commands ran" } else { "while booting, before any command ran" },
+        match stale_breakpoint {
+            Some(at) => format!(", {STALE_BREAKPOINT} ({at})"),
+            None => String::new(),
+        }
     )]
     GuestPanic {
         during_commands: bool,
+        /// The console from the kernel's report on (guest_panic::report).
         console_tail: String,
+        /// Set when the panic is the emulator's stale breakpoint
+        /// (guest_panic::stale_breakpoint): where it struck.
+        stale_breakpoint: Option<String>,
         /// What the command under way had printed when the kernel
         /// panicked (a soak's cycles so far).
         partial_output: String,
@@ -290,7 +303,24 @@ impl LabError {
         let LabError::GuestPanic { console_tail, .. } = self else {
             return None;
         };
-        Some(panic_cause(console_tail))
+        Some(crate::guest_panic::cause(console_tail))
+    }
+
+    /// A guest kernel panic that is the emulator's stale breakpoint
+    /// (guest_panic::stale_breakpoint), or one while booting, before any
+    /// command ran: either way nothing the guest was given to run is to
+    /// blame, and booting the guest again is a fair retry.
+    pub fn is_emulators_panic(&self) -> bool {
+        matches!(
+            self,
+            LabError::GuestPanic {
+                during_commands: false,
+                ..
+            } | LabError::GuestPanic {
+                stale_breakpoint: Some(_),
+                ..
+            }
+        )
     }
 
     /// An I/O error on `path` while doing `what` ("creating", "reading", ...).
@@ -300,38 +330,5 @@ impl LabError {
     ) -> impl FnOnce(std::io::Error) -> LabError {
         let path = path.into();
         move |source| LabError::Io { what, path, source }
-    }
-}
-
-/// The reason and instruction ("Fatal exception; RIP 0010:...") of the
-/// panic whose console ends in `console_tail`.
-pub fn panic_cause(console_tail: &str) -> String {
-    let find = |key: &str| {
-        console_tail
-            .lines()
-            .find_map(|l| l.split_once(key))
-            .map(|(_, rest)| rest.trim().to_string())
-    };
-    let reason = find("Kernel panic - not syncing:").unwrap_or_else(|| "no reason given".into());
-    match find("RIP:") {
-        Some(rip) => format!("{reason}; RIP {rip}"),
-        None => reason,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_guest_panic_is_told_by_its_reason_and_instruction() {
-        let tail = "[   16.6] Oops: general protection fault\n\
-                    [   16.6] RIP: 0010:pick_task_idle+0xa/0x40\n\
-                    [   16.7] Kernel panic - not syncing: Fatal exception\n";
-        assert_eq!(
-            panic_cause(tail),
-            "Fatal exception; RIP 0010:pick_task_idle+0xa/0x40"
-        );
-        assert_eq!(panic_cause("nothing useful"), "no reason given");
     }
 }

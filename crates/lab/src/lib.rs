@@ -9,6 +9,7 @@ pub mod debian_root;
 pub mod disturb;
 pub mod error;
 pub mod freeze;
+pub mod guest_panic;
 pub mod host;
 pub mod host_load;
 pub mod initramfs;

@@ -884,7 +884,8 @@ impl Transcript {
         if self.console.iter().any(|l| l.contains("Kernel panic")) {
             return LabError::GuestPanic {
                 during_commands: self.first_command.is_some(),
-                console_tail: self.tail(),
+                console_tail: crate::guest_panic::report(&self.console),
+                stale_breakpoint: crate::guest_panic::stale_breakpoint(&self.console.join("\n")),
                 partial_output: self
                     .current
                     .take()

@@ -90,6 +90,9 @@ pub enum GuestOutcome {
         /// The cycle under way, and whether its scheduler was loaded.
         in_cycle: Option<usize>,
         scheduler_loaded: bool,
+        /// Where it struck, when it is the emulator's stale breakpoint
+        /// (vsched_lab::guest_panic::stale_breakpoint).
+        stale_breakpoint: Option<String>,
         console_tail: String,
     },
     /// The guest hung, timed out or QEMU failed (the error's text).
@@ -181,6 +184,9 @@ pub struct VariantSummary {
     pub panic_rate_per_cycle: Rate,
     /// Panics while booting, starting the workload or between cycles.
     pub panics_outside_cycles: usize,
+    /// Panics, of all the above, that are the emulator's stale breakpoint
+    /// (docs/lab.md, "The emulator"); they count in every rate too.
+    pub panics_at_stale_breakpoints: usize,
     /// Panics per guest.
     pub panic_rate_per_guest: Rate,
     pub cycles_done: usize,
@@ -305,6 +311,7 @@ fn guest_result(
             LabError::GuestPanic {
                 console_tail,
                 partial_output,
+                stale_breakpoint,
                 ..
             } => {
                 let log = parse(partial_output);
@@ -313,6 +320,7 @@ fn guest_result(
                         cause: e.guest_panic_cause().unwrap_or_default(),
                         in_cycle: log.open_cycle.map(|(i, _)| i),
                         scheduler_loaded: log.open_cycle.is_some_and(|(_, l)| l),
+                        stale_breakpoint: stale_breakpoint.clone(),
                         console_tail: console_tail.clone(),
                     },
                     partial_output.clone(),
@@ -407,6 +415,18 @@ fn summarize(variant: &Variant, guests: &[GuestResult]) -> VariantSummary {
         panics: panics.len(),
         panic_rate_per_cycle: Rate::wilson(cycle_panics, cycles_begun),
         panics_outside_cycles: panics.len() - cycle_panics,
+        panics_at_stale_breakpoints: panics
+            .iter()
+            .filter(|g| {
+                matches!(
+                    g.outcome,
+                    GuestOutcome::Panicked {
+                        stale_breakpoint: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count(),
         panic_rate_per_guest: Rate::wilson(panics.len(), mine.len()),
         cycles_done: mine.iter().map(|g| g.cycles_done).sum(),
         cycles_failed: mine.iter().map(|g| g.cycles_failed).sum(),
@@ -422,15 +442,21 @@ fn summarize(variant: &Variant, guests: &[GuestResult]) -> VariantSummary {
                     cause,
                     in_cycle,
                     scheduler_loaded,
+                    stale_breakpoint,
                     ..
                 } => Some(format!(
-                    "guest {}: {cause} (cycle {}, scheduler {})",
+                    "guest {}: {cause} (cycle {}, scheduler {}{})",
                     g.index,
                     in_cycle.map_or("-".into(), |c| c.to_string()),
                     if *scheduler_loaded {
                         "loaded"
                     } else {
                         "not loaded"
+                    },
+                    if stale_breakpoint.is_some() {
+                        "; the emulator's stale breakpoint"
+                    } else {
+                        ""
                     }
                 )),
                 _ => None,
@@ -478,6 +504,7 @@ mod tests {
             during_commands: true,
             console_tail: "RIP: 0010:scx_tick+0x1/0x2\nKernel panic - not syncing: Fatal exception"
                 .into(),
+            stale_breakpoint: None,
             partial_output: "@@soak started 0\n@@soak load 0 0\n@@soak loaded 0 enabled 300\n\
                              @@soak cycle 0 state=enabled exit=0 1300\n@@soak load 1 1800\n\
                              @@soak loaded 1 enabled 2000\n"
@@ -500,6 +527,7 @@ mod tests {
         }
         let s = summarize(&v, &[g]);
         assert_eq!((s.panics, s.panic_rate_per_cycle.trials), (1, 2));
+        assert_eq!(s.panics_at_stale_breakpoints, 0);
     }
 
     #[test]
