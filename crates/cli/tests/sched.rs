@@ -12,19 +12,8 @@
 mod common;
 
 use common::lab::{layout_with_schedbench, run_in_guest, wait_state};
-use common::vsched;
+use common::{summary_after, vsched};
 use serde_json::Value;
-
-/// The summary JSON `vsched sched --stats-json` wrote, printed by `cat`
-/// after `marker` in a guest command's output.
-fn summary_after(text: &str, marker: &str) -> Value {
-    let after = &text[text
-        .find(marker)
-        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
-    let json = &after[after.find("\n{").unwrap_or_else(|| panic!("{text}"))..];
-    let end = json.find("\n}").map_or(json.len(), |i| i + 2);
-    serde_json::from_str(&json[..end]).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 /// Shell that loads `vsched sched -q {flags}` in the background (its pid in
 /// `$s`, its summary to /tmp/`marker`.json, its messages to
@@ -853,8 +842,16 @@ const BVS_MIN_PLACED: u64 = 1500 / 4;
 /// (a clean-clone suite run on 2026-11-27, on a host noisy enough
 /// that vCPU 0 read 20% available against its 50% cap) the probers'
 /// final model marked vCPU 1 (3 ms episodes) low-latency and vCPU 0 not
-/// (docs/sched.md, known weaknesses).
+/// (docs/sched.md, known weaknesses)...
 const BVS_ATTEMPTS: usize = 3;
+/// ...and of them, the guests that must show the effect: two. One did not
+/// discriminate: without BVS a run's share of requests on vCPU 0 follows
+/// where the few workers happened to settle, and in 12 runs without BVS
+/// on 6.16.12 (2026-12-01) it read 22.9-70.2% (median 49%), one guest's
+/// pair 70.2% against 49.3%, which passed the criterion: the control
+/// passed the best of three (a clean-clone suite). Two guests of three
+/// need that luck twice.
+const BVS_GUESTS_SHOWING: usize = 2;
 
 /// The request server under `vsched sched FLAG`, its summary after `marker`.
 fn bvs_run(flag: &str, marker: &str) -> String {
@@ -886,6 +883,7 @@ fn bvs_effect_shown(low: &[bool], share: f64, control: f64) -> bool {
 fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     let _guard = common::serial();
     let guest = layout_with_schedbench("sched/bench-bvs");
+    let mut showing = 0;
     for attempt in 1..=BVS_ATTEMPTS {
         let out = run_in_guest(
             &guest,
@@ -916,8 +914,9 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
             0
         );
         // The model and the effect, which host noise moves (see
-        // BVS_MIN_SHARE_PCT and BVS_ATTEMPTS): judged by the best of
-        // BVS_ATTEMPTS guests, every miss noted.
+        // BVS_MIN_SHARE_PCT and BVS_ATTEMPTS): judged over BVS_ATTEMPTS
+        // guests, BVS_GUESTS_SHOWING of which must show it, every miss
+        // noted.
         let low = low_latency_vcpus(&summary);
         let share = on_cpu0_pct(with, "with-bvs");
         let control = on_cpu0_pct(without, "without-bvs");
@@ -927,7 +926,11 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
              low-latency at the end: {low:?}"
         );
         if bvs_effect_shown(&low, share, control) {
-            return;
+            showing += 1;
+            if showing == BVS_GUESTS_SHOWING {
+                return;
+            }
+            continue;
         }
         let miss = format!(
             "attempt {attempt} of {BVS_ATTEMPTS}: {share}% of requests on vCPU 0 with BVS, \
@@ -935,20 +938,25 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
              1 ms episodes, should be)"
         );
         common::note("bvs_serves_latency_sensitive_requests", &miss);
+        // The guests left cannot make up the number: fail now.
         assert!(
-            attempt < BVS_ATTEMPTS,
-            "with BVS most requests are served on vCPU 0, and clearly more than without: {miss}\n{with}\n{without}"
+            showing + (BVS_ATTEMPTS - attempt) >= BVS_GUESTS_SHOWING,
+            "with BVS most requests are served on vCPU 0, and clearly more than without, \
+             in {BVS_GUESTS_SHOWING} guests of {BVS_ATTEMPTS}: {miss}\n{with}\n{without}"
         );
     }
+    unreachable!("the loop returns or fails");
 }
 
 /// The control of the test above: the same procedure (BVS_ATTEMPTS
-/// guests, the best one counts) with BVS off in both runs must not pass,
-/// or its thresholds would not tell BVS from noise.
+/// guests, BVS_GUESTS_SHOWING of which must show the effect) with BVS off
+/// in both runs must not pass, or its thresholds would not tell BVS from
+/// noise.
 #[test]
 fn bvs_test_procedure_fails_with_bvs_off() {
     let _guard = common::serial();
     let guest = layout_with_schedbench("sched/bench-bvs");
+    let mut showing = 0;
     for attempt in 1..=BVS_ATTEMPTS {
         let out = run_in_guest(
             &guest,
@@ -963,11 +971,18 @@ fn bvs_test_procedure_fails_with_bvs_off() {
         println!(
             "bvs control attempt {attempt}: {share}% and {control}% on vCPU 0, both without BVS"
         );
+        if bvs_effect_shown(&low, share, control) {
+            showing += 1;
+        }
         assert!(
-            !bvs_effect_shown(&low, share, control),
-            "without BVS the test's criterion passed (attempt {attempt}: {share}% against {control}%): \
-             it does not discriminate\n{a}\n{b}"
+            showing < BVS_GUESTS_SHOWING,
+            "without BVS the test's criterion passed in {showing} guests (attempt {attempt}: \
+             {share}% against {control}%): it does not discriminate\n{a}\n{b}"
         );
+        // Too few guests left to make up the number: the procedure has failed.
+        if showing + (BVS_ATTEMPTS - attempt) < BVS_GUESTS_SHOWING {
+            return;
+        }
     }
 }
 
