@@ -34,6 +34,12 @@ fn main() {
         .enable_skel("src/bpf/main.bpf.c", "bpf")
         .build()
         .expect("building the BPF scheduler");
+    // policy.h's decisions, compiled for the host too (src/policy.rs).
+    cc::Build::new()
+        .file("src/bpf/policy_host.c")
+        .include(&out)
+        .warnings(true)
+        .compile("vsched_policy");
     // Every part the BPF side includes (main.bpf.c, *.bpf.h, policy.h),
     // and the counters' table.
     println!("cargo:rerun-if-changed=src/bpf");

@@ -6,6 +6,7 @@ mod bench_real;
 mod bench_sched;
 mod bench_soak;
 mod bench_sync;
+mod consolidate_run;
 mod daemon_cmd;
 mod exec_cmd;
 mod lab_args;
@@ -57,7 +58,7 @@ enum Command {
     Bench(bench_cmd::BenchCommand),
     /// Find threads of a running process that busy-wait, and deschedule them
     SpinDetect(spin_cmd::SpinDetectArgs),
-    /// Run a program under vsched (--spin-detect: deschedule its spinning threads)
+    /// Run a program under vsched (--spin-detect: deschedule its spinning threads; --consolidate: on as few vCPUs as its work needs)
     Run(spin_cmd::RunArgs),
     /// Run a program with vsched's synchronisation runtime preloaded (oversubscription-friendly pthreads)
     Exec(exec_cmd::ExecArgs),
@@ -70,6 +71,9 @@ enum Command {
     /// Restores demoted threads if vsched dies (started by vsched itself)
     #[command(hide = true)]
     SpinWatchdog,
+    /// Gives consolidated threads their CPUs back if vsched dies (started by vsched itself)
+    #[command(hide = true)]
+    ConsolidateWatchdog,
 }
 
 fn main() -> ExitCode {
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::SpinDetect(args) => spin_cmd::spin_detect(args),
         Command::SpinWatchdog => spin_cmd::watchdog(),
+        Command::ConsolidateWatchdog => consolidate_run::watchdog(),
         Command::Exec(args) => return program_exit(exec_cmd::run(args)),
         Command::Daemon(args) => daemon_cmd::run(args),
         Command::Status(args) => status_cmd::run(args),

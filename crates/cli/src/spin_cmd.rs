@@ -241,6 +241,19 @@ pub struct RunArgs {
     #[arg(long)]
     spin_detect: bool,
 
+    /// Run the program's threads on as few of vsched's vCPUs as their work
+    /// needs (Gleaner's consolidation, by CPU affinity: for kernels without
+    /// sched_ext; `vsched sched --consolidate` is the scheduler's form).
+    /// Threads the program places itself are left alone; every thread gets
+    /// its CPUs back on exit, Ctrl-C, and from a watchdog after SIGKILL
+    #[arg(long)]
+    consolidate: bool,
+
+    /// With --consolidate: write its report (schema vsched.consolidate/v1:
+    /// counts, the active set over time) to this file
+    #[arg(long, value_name = "FILE", requires = "consolidate")]
+    consolidate_json: Option<PathBuf>,
+
     #[command(flatten)]
     detect: DetectArgs,
 
@@ -285,6 +298,18 @@ pub fn run(args: RunArgs) -> Result<u8> {
         .with_context(|| format!("cannot run {:?}", args.program[0]))?;
     // spawn() returns once the exec succeeded: the code we read is the program's.
     let pid = child.id() as i32;
+    let consolidation = if args.consolidate {
+        match crate::consolidate_run::start(pid) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.context("cannot consolidate the program"));
+            }
+        }
+    } else {
+        None
+    };
     let mut status = None;
     // SIGTERM to vsched goes to the program once, whichever loop sees it.
     let mut forwarded = false;
@@ -327,6 +352,9 @@ pub fn run(args: RunArgs) -> Result<u8> {
             std::thread::sleep(Duration::from_millis(5));
         },
     };
+    if let Some(c) = consolidation {
+        c.finish(args.consolidate_json.as_deref())?;
+    }
     use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => c as u8,

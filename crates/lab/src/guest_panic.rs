@@ -131,9 +131,16 @@ mod tests {
         console.push("[ 2.6] Kernel Offset: 0x9e00000".into());
         let r = report(&console);
         let lines: Vec<&str> = r.lines().collect();
-        assert!(lines[0].contains("Kernel panic - not syncing: sysrq"), "{r}");
+        assert!(
+            lines[0].contains("Kernel panic - not syncing: sysrq"),
+            "{r}"
+        );
         assert!(!r.contains("a command's line"), "{r}");
-        assert_eq!(lines.len(), REPORT_HEAD_LINES + 1 + REPORT_TAIL_LINES, "{r}");
+        assert_eq!(
+            lines.len(),
+            REPORT_HEAD_LINES + 1 + REPORT_TAIL_LINES,
+            "{r}"
+        );
         assert!(r.contains("[... 66 lines ...]"), "{r}");
         assert!(lines.last().unwrap().contains("Kernel Offset"), "{r}");
         // Nothing that starts a report: the last lines.

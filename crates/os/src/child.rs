@@ -22,6 +22,25 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
     }
 }
 
+/// Starts `cmd` as a watchdog: a process that reads a journal on its
+/// standard input (the returned pipe, whose only writer is this process)
+/// and acts when it ends, that is when this process exits however it
+/// exits (the kernel closes a dead process's descriptors). It gets its own
+/// process group, so that a terminal's Ctrl-C, sent to vsched's group,
+/// does not end it before it has acted.
+pub fn spawn_watchdog(
+    mut cmd: Command,
+) -> std::io::Result<(std::process::Child, std::process::ChildStdin)> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let journal = child.stdin.take().expect("stdin was piped");
+    Ok((child, journal))
+}
+
 /// User plus system CPU time of every child (and, through them, every
 /// descendant) that this process has waited for so far
 /// (getrusage(RUSAGE_CHILDREN)). The difference across a run that spawns

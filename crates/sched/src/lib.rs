@@ -16,10 +16,13 @@
 //! * [`session`]: a scheduler kept loaded: fed every probe report, loaded
 //!   again after the kernel's hot-plug ejections, counters over every load.
 //! * [`stats`]: the BPF side's counters, declared as data.
+//! * [`policy`]: the BPF side's consolidation decisions, compiled for the
+//!   host, for consolidation without sched_ext.
 
 pub mod error;
 pub mod loader;
 pub mod model;
+pub mod policy;
 pub mod preflight;
 pub mod session;
 pub mod stats;

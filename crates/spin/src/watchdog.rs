@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 use vsched_os::sched::{self, SchedAttr};
 
 /// The vsched side: a child process and the pipe to it.
@@ -20,14 +20,8 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Starts `command` (which must end up in [`serve`]) as the watchdog.
-    pub fn spawn(mut command: Command) -> io::Result<Watchdog> {
-        use std::os::unix::process::CommandExt;
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn()?;
-        let journal = child.stdin.take().expect("stdin was piped");
+    pub fn spawn(command: Command) -> io::Result<Watchdog> {
+        let (child, journal) = vsched_os::child::spawn_watchdog(command)?;
         Ok(Watchdog { child, journal })
     }
 

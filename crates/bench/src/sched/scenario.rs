@@ -78,6 +78,9 @@ pub struct Scenario {
     /// cgroup's cpuset, no sched_ext) instead of `vsched sched`; every
     /// variant's workload then runs in that cgroup.
     pub daemon: bool,
+    /// Also run the workload under `vsched run --consolidate` (Gleaner's
+    /// consolidation by affinity, no sched_ext scheduler): its own column.
+    pub run_consolidate: bool,
     /// Run as a timeline: one guest per run, the layout's phases walked
     /// during the workload (None: one number per run, rounds share guests).
     pub timeline: Option<Timeline>,
@@ -104,6 +107,12 @@ impl Scenario {
                 VariantKind::Vsched("--reference-fifo --no-probe"),
             ));
         }
+        if self.run_consolidate {
+            v.push((
+                "vsched run --consolidate".to_string(),
+                VariantKind::RunConsolidate,
+            ));
+        }
         if self.oracle != Oracle::None {
             v.push(("oracle".to_string(), VariantKind::Oracle(self.oracle)));
         }
@@ -118,6 +127,8 @@ pub enum VariantKind {
     Vsched(&'static str),
     /// vsched daemon with user-space RWC on the workload's cgroup.
     Daemon,
+    /// `vsched run --consolidate` around the workload, no scheduler.
+    RunConsolidate,
     /// The scenario's oracle.
     Oracle(Oracle),
 }
@@ -185,6 +196,7 @@ const fn overhead(
         ablations: &["--no-probe"],
         fifo_reference: true,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: NO_LOSS,
     }
@@ -205,6 +217,7 @@ const fn gleaner(
         oracle,
         ablations: &["--consolidate"],
         fifo_reference: false,
+        run_consolidate: true,
         goal,
         ..overhead(name, what, workload)
     }
@@ -236,6 +249,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-rwc"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: RWC_GOAL,
     },
@@ -253,6 +267,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &[],
         fifo_reference: false,
         daemon: true,
+        run_consolidate: false,
         timeline: None,
         goal: RWC_GOAL,
     },
@@ -269,6 +284,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-capacity"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -290,6 +306,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-bvs"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -310,6 +327,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-bvs", "--bvs-no-state-check"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -333,6 +351,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-ivh", "--ivh-unaware", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.8,
@@ -352,6 +371,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-ivh", "--ivh-unaware", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -373,6 +393,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &["--no-ivh", "--no-probe", "--ivh-beats-only"],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: None,
         goal: NO_LOSS,
     },
@@ -461,6 +482,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ablations: &[],
         fifo_reference: false,
         daemon: false,
+        run_consolidate: false,
         timeline: Some(Timeline {
             lead_s: 8.0,
             phases: &[

@@ -134,6 +134,9 @@ fn push_run(
             )))
         }
         VariantKind::Oracle(Oracle::None) => {}
+        VariantKind::RunConsolidate => {
+            out.push_str(&report(&format!("vsched run --consolidate -- {workload}")))
+        }
         VariantKind::Daemon => {
             out.push_str(&format!(
                 "vsched daemon --rwc-cgroup {WORK_CGROUP} 2>/tmp/daemon.log & S=$!\n\

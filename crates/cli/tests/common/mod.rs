@@ -179,3 +179,15 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The pretty-printed JSON (a `vsched sched --stats-json` summary, a
+/// `vsched run --consolidate-json` report) that `cat` printed after
+/// `marker` in a guest command's output.
+pub fn summary_after(text: &str, marker: &str) -> serde_json::Value {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker}: {text}"))..];
+    let json = &after[after.find("\n{").unwrap_or_else(|| panic!("{text}"))..];
+    let end = json.find("\n}").map_or(json.len(), |i| i + 2);
+    serde_json::from_str(&json[..end]).unwrap_or_else(|e| panic!("{e}: {text}"))
+}

@@ -37,22 +37,6 @@ const volatile bool consolidate_enabled = false;
 const volatile bool local_wake_enabled = true;
 const volatile bool consolidate_by_episodes = true;
 
-/* How often the demand is read: 100 ms (Gleaner's daemon's scale; no
- * other period was tried). */
-#define VS_CONSOLIDATE_PERIOD_NS 100000000ULL
-/*
- * A trial compares VS_TRIAL_PERIODS periods of progress before the move
- * with as many after it, the period of the move itself left out (its
- * tasks are still settling): a set too wide is narrowed within about
- * half a second.
- */
-#define VS_TRIAL_PERIODS 2
-/* Waits between trials: after a success, one period of VS_TRIAL_PERIODS;
- * doubled at each failure, up to 10 s (a failed trial costs at most its
- * two periods in 10 s: 2%). */
-#define VS_TRIAL_BACKOFF_MIN_NS (VS_TRIAL_PERIODS * VS_CONSOLIDATE_PERIOD_NS)
-#define VS_TRIAL_BACKOFF_MAX_NS 10000000000ULL
-
 struct consolidate_timer {
 	struct bpf_timer timer;
 };
@@ -82,22 +66,14 @@ struct consolidate_scan {
 };
 
 /*
- * The trials' state, written by the timer (and cleared by a long
- * runner's widening): the vCPU the trial moved (-1: no trial), which
- * way, its age in periods, the progress before it and so far after it,
- * the last periods' progress, and the wait before the next trial.
+ * The trials' state, written by the timer (and upset by a long runner's
+ * widening): their course (policy.h's vs_trials), the vCPU the trial
+ * under way moved (-1: none), and the wake-up count at the last period.
  */
 struct consolidate_trial {
+	struct vs_trials trials;
 	s32 cpu;
-	u32 narrowed;
-	u32 age;
-	u32 steady;
-	u64 before;
-	u64 after;
-	u64 recent[VS_TRIAL_PERIODS];
 	u64 wakeups_seen;
-	u64 not_before_ns;
-	u64 backoff_ns;
 };
 
 struct {
@@ -250,8 +226,8 @@ static void consolidate_before_queueing(struct task_struct *p, u64 enq_flags)
 	 * the next one waits for steady periods. */
 	t = trial_state();
 	if (t) {
+		vs_trials_upset(&t->trials);
 		t->cpu = -1;
-		t->steady = 0;
 	}
 }
 
@@ -305,79 +281,51 @@ static u64 take_busy(s32 cpu, u64 now)
 	return busy;
 }
 
-/* The trial `t` ends: kept, or undone, and the next one scheduled. */
-static void end_trial(struct consolidate_trial *t, u64 now)
-{
-	if (vs_trial_keeps(t->before, t->after, t->narrowed)) {
-		t->backoff_ns = VS_TRIAL_BACKOFF_MIN_NS;
-	} else {
-		set_parked(t->cpu, !t->narrowed);
-		count(VS_STAT_TRIALS_UNDONE);
-		t->backoff_ns = t->backoff_ns * 2 > VS_TRIAL_BACKOFF_MAX_NS ?
-					VS_TRIAL_BACKOFF_MAX_NS :
-					t->backoff_ns * 2;
-	}
-	t->cpu = -1;
-	t->steady = 0;
-	t->not_before_ns = now + t->backoff_ns;
-}
-
 /* One period's step of the trials, the active set measured in `sc`. */
 static void consolidate_period(struct consolidate_scan *sc, u64 now)
 {
 	struct consolidate_trial *t = trial_state();
 	u64 seen = normal_wakeups, progress;
+	bool by_episodes;
 	s32 cpu;
 
 	if (!t)
 		return;
 	progress = seen - t->wakeups_seen;
 	t->wakeups_seen = seen;
-	if (!t->backoff_ns)
-		t->backoff_ns = VS_TRIAL_BACKOFF_MIN_NS;
-	if (t->cpu >= 0) {
-		/* The move's own period is left out. */
-		if (++t->age > 1)
-			t->after += progress;
-		if (t->age > VS_TRIAL_PERIODS)
-			end_trial(t, now);
-		return;
-	}
-	t->recent[0] = t->recent[1];
-	t->recent[1] = progress;
-	if (t->steady < VS_TRIAL_PERIODS) {
-		t->steady++;
-		return;
-	}
-	if (now < t->not_before_ns ||
-	    !vs_rates_steady(t->recent[0], t->recent[1]))
-		return;
-	if (vs_may_narrow(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS)) {
+	switch (vs_trials_period(&t->trials, progress, sc->busy, sc->active,
+				 nr_parked > 0, now, VS_CONSOLIDATE_PERIOD_NS)) {
+	case VS_TRIAL_NARROW:
 		cpu = sc->weakest;
 		if (!set_parked(cpu, true))
 			return;
-		t->narrowed = 1;
+		vs_trials_started(&t->trials, 1);
+		t->cpu = cpu;
 		count(VS_STAT_PARKED);
 		if (cpu != sc->weakest_by_capacity)
 			count(VS_STAT_CHOSEN_BY_EPISODES);
-	} else if (vs_saturated(sc->busy, sc->active, VS_CONSOLIDATE_PERIOD_NS) &&
-		   nr_parked) {
-		bool by_episodes;
-
+		return;
+	case VS_TRIAL_WIDEN:
 		cpu = strongest_parked(NULL, &by_episodes);
 		if (cpu < 0 || !set_parked(cpu, false))
 			return;
-		t->narrowed = 0;
+		vs_trials_started(&t->trials, 0);
+		t->cpu = cpu;
 		count(VS_STAT_TRIALS_WIDENED);
 		if (by_episodes)
 			count(VS_STAT_CHOSEN_BY_EPISODES);
-	} else {
+		return;
+	case VS_TRIAL_UNDO:
+		set_parked(t->cpu, !t->trials.narrowed);
+		count(VS_STAT_TRIALS_UNDONE);
+		t->cpu = -1;
+		return;
+	case VS_TRIAL_KEPT:
+		t->cpu = -1;
+		return;
+	default:
 		return;
 	}
-	t->cpu = cpu;
-	t->age = 0;
-	t->after = 0;
-	t->before = t->recent[0] + t->recent[1];
 }
 
 static int consolidate_timer_fired(void *map, int *key,

@@ -129,6 +129,44 @@ struct vcpu_live {
 };
 
 /*
+ * Consolidation's trials (policy.h, vs_trials_period): their state, kept
+ * by the scheduler's timer in a map and by `vsched run --consolidate` in
+ * user space, and what a period asks of its caller.
+ */
+enum vs_trial_consts {
+	/* Periods of progress a trial compares before and after its move. */
+	VS_TRIAL_PERIODS = 2,
+};
+
+struct vs_trials {
+	/* A move is on trial, and which way. */
+	u32 on_trial;
+	u32 narrowed;
+	/* Periods since the move. */
+	u32 age;
+	/* Periods seen since the last trial or upset (vs_trials_upset). */
+	u32 steady;
+	/* Progress over the periods before the move, and so far after it. */
+	u64 before;
+	u64 after;
+	/* The last periods' progress, oldest first. */
+	u64 recent[VS_TRIAL_PERIODS];
+	u64 not_before_ns;
+	u64 backoff_ns;
+};
+
+enum vs_trial_step {
+	VS_TRIAL_NOTHING = 0,
+	/* Try a set one vCPU narrower, or wider; then vs_trials_started. */
+	VS_TRIAL_NARROW = 1,
+	VS_TRIAL_WIDEN = 2,
+	/* The trial's move stays. */
+	VS_TRIAL_KEPT = 3,
+	/* The trial's move is to be undone. */
+	VS_TRIAL_UNDO = 4,
+};
+
+/*
  * Counters the BPF side keeps per CPU (the loader sums them): enum
  * vs_stat, VS_STAT_<NAME> for each row of src/stats_table.rs and
  * VS_NR_STATS, written by build.rs into the build's output directory.

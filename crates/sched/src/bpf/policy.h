@@ -505,6 +505,89 @@ static inline int vs_trial_keeps(u64 before, u64 after, int narrowed)
 }
 
 /*
+ * The trials' course, period by period: the same for the scheduler's
+ * timer (consolidate.bpf.h) and for consolidation without sched_ext
+ * (`vsched run --consolidate`, crates/consolidate), which each measure a
+ * period's progress and busy time their own way and move their own set.
+ *
+ * A trial compares VS_TRIAL_PERIODS (intf.h) periods of progress before the move
+ * with as many after it, the period of the move itself left out (its
+ * tasks are still settling): a set too wide is narrowed within about
+ * half a second at 100 ms periods.
+ */
+/* How often consolidation reads its demand: 100 ms (Gleaner's daemon's
+ * scale; no other period was tried). */
+#define VS_CONSOLIDATE_PERIOD_NS 100000000ULL
+/* Waits between trials: after a success, VS_TRIAL_PERIODS periods;
+ * doubled at each failure, up to 10 s (a failed trial costs at most its
+ * two periods in 10 s: 2%). */
+#define VS_TRIAL_BACKOFF_MAX_NS 10000000000ULL
+
+/*
+ * One period's step: `progress` is the period's progress (the normal
+ * tasks' wake-ups), `busy_ns` their run time on the `active` vCPUs,
+ * `can_widen` whether a vCPU is left to give back, `now` the period's end.
+ */
+static inline int vs_trials_period(struct vs_trials *t, u64 progress,
+				   u64 busy_ns, u32 active, int can_widen,
+				   u64 now, u64 period_ns)
+{
+	int kept;
+
+	if (!t->backoff_ns)
+		t->backoff_ns = VS_TRIAL_PERIODS * period_ns;
+	if (t->on_trial) {
+		if (++t->age > 1)
+			t->after += progress;
+		if (t->age <= VS_TRIAL_PERIODS)
+			return VS_TRIAL_NOTHING;
+		kept = vs_trial_keeps(t->before, t->after, t->narrowed);
+		if (kept)
+			t->backoff_ns = VS_TRIAL_PERIODS * period_ns;
+		else if (t->backoff_ns * 2 > VS_TRIAL_BACKOFF_MAX_NS)
+			t->backoff_ns = VS_TRIAL_BACKOFF_MAX_NS;
+		else
+			t->backoff_ns *= 2;
+		t->on_trial = 0;
+		t->steady = 0;
+		t->not_before_ns = now + t->backoff_ns;
+		return kept ? VS_TRIAL_KEPT : VS_TRIAL_UNDO;
+	}
+	t->recent[0] = t->recent[1];
+	t->recent[1] = progress;
+	if (t->steady < VS_TRIAL_PERIODS) {
+		t->steady++;
+		return VS_TRIAL_NOTHING;
+	}
+	if (now < t->not_before_ns || !vs_rates_steady(t->recent[0], t->recent[1]))
+		return VS_TRIAL_NOTHING;
+	if (vs_may_narrow(busy_ns, active, period_ns))
+		return VS_TRIAL_NARROW;
+	if (can_widen && vs_saturated(busy_ns, active, period_ns))
+		return VS_TRIAL_WIDEN;
+	return VS_TRIAL_NOTHING;
+}
+
+/* The move vs_trials_period asked for was made: its trial begins. */
+static inline void vs_trials_started(struct vs_trials *t, int narrowed)
+{
+	t->on_trial = 1;
+	t->narrowed = narrowed;
+	t->age = 0;
+	t->after = 0;
+	t->before = t->recent[0] + t->recent[1];
+}
+
+/* The set's demand changed outside the trials (a long runner widened
+ * it): a trial's comparison is void, and the next waits for steady
+ * periods. */
+static inline void vs_trials_upset(struct vs_trials *t)
+{
+	t->on_trial = 0;
+	t->steady = 0;
+}
+
+/*
  * Which of two vCPUs consolidation gives up first (parks), `a` against
  * the candidate `b` so far: the weaker by capacity; but between two whose
  * capacities are within the keep-prev margin of each other (readings of

@@ -116,6 +116,64 @@ static void short_runs_interrupted_by_switch_offs(void)
 	CHECK(!vs_latency_sensitive(share, wakes));
 }
 
+/*
+ * The trials' course at 100 ms periods: two steady periods, then a
+ * narrowing; its own period left out, two more periods judge it.
+ */
+static void trial_course(void)
+{
+	const u64 period = 100 * MS;
+	struct vs_trials t = { 0 };
+	u64 now = 0;
+
+	/* Two periods to learn the rate: nothing yet, even half idle. */
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	/* Steady and idling: narrow. */
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NARROW);
+	vs_trials_started(&t, 1);
+	CHECK(t.before == 2000);
+	/* The move's period is left out; two periods after it judge. */
+	CHECK(vs_trials_period(&t, 10, 90 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 900, 90 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 900, 90 * MS, 1, 1, now += period, period) == VS_TRIAL_UNDO);
+	/* -10%: undone, and the next trial waits twice as long (400 ms). */
+	CHECK(t.backoff_ns == 4 * period);
+	CHECK(t.not_before_ns == now + 4 * period);
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 1000, 100 * MS, 2, 0, now += period, period) == VS_TRIAL_NARROW);
+	vs_trials_started(&t, 1);
+	CHECK(vs_trials_period(&t, 990, 95 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 990, 95 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 990, 95 * MS, 1, 1, now += period, period) == VS_TRIAL_KEPT);
+	/* Kept: the wait is back to two periods. */
+	CHECK(t.backoff_ns == 2 * period);
+	/* Saturated with a vCPU to give back: widen, once two periods
+	 * have shown a steady rate again. */
+	CHECK(vs_trials_period(&t, 990, 98 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 990, 98 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 990, 98 * MS, 1, 1, now += period, period) == VS_TRIAL_WIDEN);
+	vs_trials_started(&t, 0);
+	/* An upset (a long runner widened the set) voids the trial. */
+	vs_trials_upset(&t);
+	CHECK(!t.on_trial);
+	CHECK(vs_trials_period(&t, 990, 98 * MS, 1, 1, now += period, period) == VS_TRIAL_NOTHING);
+	/* Climbing rates never start a trial. */
+	CHECK(vs_trials_period(&t, 1200, 10 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	CHECK(vs_trials_period(&t, 1500, 10 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	/* Failures double the wait up to 10 s. */
+	t.backoff_ns = 8000 * MS;
+	t.on_trial = 1;
+	t.narrowed = 1;
+	t.age = VS_TRIAL_PERIODS;
+	t.before = 1000;
+	t.after = 0;
+	CHECK(vs_trials_period(&t, 0, 0, 1, 1, now += period, period) == VS_TRIAL_UNDO);
+	CHECK(t.backoff_ns == VS_TRIAL_BACKOFF_MAX_NS);
+}
+
 int main(void)
 {
 	struct vcpu_model unknown = { 0 };
@@ -285,6 +343,8 @@ int main(void)
 	CHECK(!vs_rates_steady(1100, 1000));
 	CHECK(vs_rates_steady(0, 0));                 /* nothing blocks */
 	CHECK(!vs_rates_steady(0, 100));
+
+	trial_course();
 
 	/* Which vCPU the set gives up: the weaker by capacity... */
 	CHECK(vs_park_rather(500, 1, 1024, 0, 1));

@@ -1,0 +1,92 @@
+//! `vsched run --consolidate`: Gleaner's consolidation of the program's
+//! threads by affinity (vsched-consolidate), on a thread of its own beside
+//! whatever else `vsched run` does, with its watchdog.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use vsched_consolidate::{watchdog::Journal, Consolidator, Options, Report};
+
+/// A consolidation under way.
+pub struct Running {
+    program_ended: Arc<AtomicBool>,
+    thread: JoinHandle<Report>,
+}
+
+/// Starts consolidating process `pid` (vsched's child, just started) and
+/// its descendants over the CPUs vsched itself may use.
+pub fn start(pid: i32) -> Result<Running> {
+    let cpus =
+        vsched_os::affinity::thread_affinity(0).context("reading vsched's own CPU affinity")?;
+    let exe = std::env::current_exe().context("finding vsched's own binary")?;
+    let mut command = Command::new(exe);
+    command.arg("consolidate-watchdog");
+    let journal = Journal::spawn(command).context("starting the consolidation's watchdog")?;
+    let program_ended = Arc::new(AtomicBool::new(false));
+    let ended = program_ended.clone();
+    let consolidator = Consolidator::new(pid, Options { cpus }, Some(journal));
+    let thread = std::thread::Builder::new()
+        .name("consolidate".into())
+        .spawn(move || {
+            // Ctrl-C or SIGTERM to vsched: the threads are given back at
+            // once, while vsched waits for the program to end.
+            consolidator.run(|| ended.load(Ordering::SeqCst) || crate::signals::stopped())
+        })
+        .context("starting the consolidation thread")?;
+    Ok(Running {
+        program_ended,
+        thread,
+    })
+}
+
+impl Running {
+    /// The program ended: stops, prints the summary on stderr and writes
+    /// the report to `json` if given.
+    pub fn finish(self, json: Option<&Path>) -> Result<()> {
+        self.program_ended.store(true, Ordering::SeqCst);
+        let report = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the consolidation thread panicked"))?;
+        eprintln!("{}", summary(&report));
+        if let Some(path) = json {
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line for a person.
+pub fn summary(r: &Report) -> String {
+    let c = &r.counts;
+    format!(
+        "vsched: consolidation: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} threads placed, {} left to the program; own CPU {:.3} s",
+        r.mean_active,
+        r.cpus.len(),
+        r.duration_s,
+        c.trials_narrowed,
+        c.trials_widened,
+        c.trials_undone,
+        c.widened_at_once,
+        r.placement.threads_placed,
+        r.placement.threads_left_to_the_program,
+        r.own_cpu_s
+    )
+}
+
+/// `vsched consolidate-watchdog` (started by `start`): gives the threads
+/// back if vsched dies before it has.
+pub fn watchdog() -> Result<bool> {
+    let n = vsched_consolidate::watchdog::serve(std::io::stdin().lock());
+    if n > 0 {
+        eprintln!(
+            "vsched consolidate-watchdog: vsched ended without giving {n} thread(s) their CPUs back; gave them back"
+        );
+    }
+    Ok(true)
+}

@@ -1,0 +1,214 @@
+//! `vsched run --consolidate` (vsched-consolidate) in lab guests whose
+//! kernel has no sched_ext: the program's threads narrow onto fewer vCPUs
+//! under a blocking load, so the vCPUs wake each other far less; CPU-bound
+//! work widens the set again; every thread gets its CPUs back when vsched
+//! is killed. Needs what tests/lab.rs needs.
+
+mod common;
+
+use common::lab::{layout_with_schedbench, run_in_guest};
+use common::summary_after;
+use serde_json::Value;
+
+/// Every IPI the guest's vCPUs received: RES and CAL, all columns.
+const IPIS: &str = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
+                    END {print t}' /proc/interrupts";
+
+/// `program` run under `prefix`, its output lines marked, then the IPIs
+/// it cost as "`marker` ipis N".
+fn run(prefix: &str, program: &str, marker: &str) -> String {
+    format!(
+        "a=$({IPIS}); {prefix} {program} | sed 's/^/{marker} /'; b=$({IPIS}); \
+         echo \"{marker} ipis $((b - a))\"; "
+    )
+}
+
+fn value(text: &str, key: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key}: {text}"))
+}
+
+fn count(report: &Value, name: &str) -> u64 {
+    report["counts"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count {name}: {report:#}"))
+}
+
+/// The blocking program (4 barrier threads with ~10 us of work per round,
+/// which one vCPU ran 1.7x faster than two in the scheduler's form) runs
+/// on fewer vCPUs and its vCPUs wake each other at most half as often as
+/// under the default placement in the same guest. The control is the same
+/// command without `--consolidate` (`vsched run` alone), which must fail
+/// that check. Then a program whose blocking phase narrows the set and
+/// whose CPU-bound phase (a thread per vCPU) must widen it again, and run
+/// that phase no slower than 1.25x the default's.
+#[test]
+fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
+    let _guard = common::serial();
+    // About 6 s under the default placement.
+    let barrier = "schedbench barrier 4 60000 2000";
+    // About 1.5 s under the default.
+    let cpu_bound = "schedbench cpu 2 1000000000";
+    let consolidated = "vsched run --consolidate --consolidate-json /tmp/consolidated.json --";
+    let blocking = run("", barrier, "default")
+        + &run(consolidated, barrier, "consolidated")
+        + "echo @consolidated; cat /tmp/consolidated.json; "
+        + &run("vsched run --", barrier, "control");
+    let phases = run("", cpu_bound, "default-cpu")
+        + &run(
+            "vsched run --consolidate --consolidate-json /tmp/phases.json --",
+            &format!("sh -c 'schedbench barrier 4 20000 2000 >/dev/null; {cpu_bound}'"),
+            "phases",
+        )
+        + "echo @phases; cat /tmp/phases.json; ";
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&blocking, &phases]);
+
+    let text = &out[0].1;
+    let default_ipis = value(text, "default ipis");
+    let with = value(text, "consolidated ipis");
+    let without = value(text, "control ipis");
+    let report = summary_after(text, "@consolidated");
+    let mean_active = report["mean_active"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "IPIs: default {default_ipis}, consolidated {with}, control {without}; \
+         mean active vCPUs {mean_active:.2}; elapsed: default {}, consolidated {}, control {}",
+        value(text, "default elapsed_s"),
+        value(text, "consolidated elapsed_s"),
+        value(text, "control elapsed_s"),
+    );
+    assert!(
+        count(&report, "trials_narrowed") >= 1 && mean_active < 1.75,
+        "the blocking program ran on fewer vCPUs: {report:#}"
+    );
+    assert!(
+        report["placement"]["threads_placed"].as_u64() >= Some(4),
+        "every barrier thread was placed: {report:#}"
+    );
+    assert!(
+        with <= 0.5 * default_ipis,
+        "consolidated, the vCPUs woke each other at most half as often: {text}"
+    );
+    assert!(
+        without > 0.5 * default_ipis,
+        "the control (consolidation off) must fail the same check: {text}"
+    );
+
+    let text = &out[1].1;
+    let report = summary_after(text, "@phases");
+    let timeline = report["active_over_time"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let narrowest = timeline
+        .iter()
+        .filter_map(|p| p["active"].as_u64())
+        .min()
+        .unwrap_or(2);
+    let last = timeline.last().and_then(|p| p["active"].as_u64());
+    let default_s = value(text, "default-cpu elapsed_s");
+    let took = value(text, "phases elapsed_s");
+    println!(
+        "CPU-bound phase: {took:.2} s, default {default_s:.2} s; active over time {timeline:?}"
+    );
+    assert_eq!(
+        narrowest, 1,
+        "the barrier phase narrowed the set: {report:#}"
+    );
+    assert_eq!(
+        last,
+        Some(2),
+        "the CPU-bound phase widened it again: {report:#}"
+    );
+    assert!(
+        took <= 1.25 * default_s,
+        "the CPU-bound phase took {took:.2} s against {default_s:.2} s: {text}"
+    );
+}
+
+/// SIGKILL of vsched while the program runs narrowed: the watchdog gives
+/// every thread of the program its CPUs back (the program goes on). The
+/// program is found among vsched's children by name (the watchdog is one
+/// too).
+#[test]
+fn sigkill_of_vsched_gives_the_programs_threads_their_cpus_back() {
+    let _guard = common::serial();
+    let allowed = "grep -h Cpus_allowed_list /proc/$P/task/*/status | awk '{print $2}' | sort | uniq -c | tr -s ' \\n' ' '";
+    let script = format!(
+        "vsched run --consolidate -- schedbench barrier 4 400000 2000 > /dev/null & V=$!; \
+         sleep 0.2; for c in $(cat /proc/$V/task/*/children); do grep -q schedbench /proc/$c/comm && P=$c; done; \
+         for i in $(seq 100); do grep -qE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status && break; sleep 0.1; done; \
+         echo \"narrowed: $({allowed})\"; \
+         kill -9 $V; \
+         for i in $(seq 50); do grep -qE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status || break; sleep 0.1; done; \
+         echo \"after: $({allowed})\"; kill $P; wait"
+    );
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&script]);
+    let text = &out[0].1;
+    println!("{text}");
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} {text}"))
+            .to_string()
+    };
+    let narrowed = line("narrowed: ");
+    let after = line("after: ");
+    // uniq -c's pairs: "5 0-1" is five threads on both vCPUs, "4 0 1 0-1"
+    // four on vCPU 0 and one on both.
+    let lists = |counted: &str| -> Vec<String> {
+        counted
+            .split_whitespace()
+            .skip(1)
+            .step_by(2)
+            .map(String::from)
+            .collect()
+    };
+    assert!(
+        lists(&narrowed).iter().any(|l| l == "0" || l == "1"),
+        "the program ran narrowed before the kill: {text}"
+    );
+    assert_eq!(
+        lists(&after),
+        ["0-1"],
+        "every thread got both vCPUs back: {text}"
+    );
+}
+
+/// On this machine, no guest: the program's exit status passes through,
+/// the report is written, and the report's file needs `--consolidate`.
+#[test]
+fn the_exit_status_passes_through_and_the_report_is_written() {
+    let dir = std::env::temp_dir().join(format!("vsched-consolidate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let json_arg = json.to_str().unwrap();
+    let out = common::vsched(&[
+        "run",
+        "--consolidate",
+        "--consolidate-json",
+        json_arg,
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.3; exit 3",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("vsched: consolidation: "), "{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["schema"], "vsched.consolidate/v1", "{report:#}");
+    assert!(
+        report["placement"]["threads_placed"].as_u64() >= Some(1),
+        "{report:#}"
+    );
+
+    let out = common::vsched(&["run", "--consolidate-json", json_arg, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--consolidate"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

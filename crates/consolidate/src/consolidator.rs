@@ -1,0 +1,226 @@
+//! The loop: every tick, the program's threads and their demand; every
+//! period, a step of the trials (vsched_sched::policy::Trials); the set
+//! applied to the threads; at the end, everything put back and a report.
+
+use crate::demand::Demand;
+use crate::placement::{Placement, PlacementCounts};
+use crate::tree;
+use crate::watchdog::Journal;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use vsched_sched::policy::{self, TrialStep, Trials};
+
+/// How often the threads' counters are read: 10 ms, so that CPU-bound
+/// threads that must wait widen the set within a tick or two (the
+/// scheduler's form reacts at two slice ends, 6-8 ms).
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// Ticks between walks of the process tree and checks of every thread's
+/// affinity (new threads inherit the set of the thread that made them, so
+/// a late walk costs nothing but a late count): 50 ms.
+const TICKS_PER_WALK: u32 = 5;
+
+/// A long runner's waiting, as a share of a tick, that widens the set at
+/// once: half (5 ms of 10), as a thread queued at two slice ends in a row
+/// in the scheduler's form.
+const WIDEN_WAIT_PER_TICK_DIVISOR: u64 = 2;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The vCPUs the program may use, most preferred first: the active set
+    /// is the first n of them.
+    pub cpus: Vec<u32>,
+}
+
+/// Counts of what the consolidation did.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Counts {
+    pub ticks: u64,
+    pub periods: u64,
+    /// Sum over periods of the active set's size (over `periods`: the mean).
+    pub active_vcpu_periods: u64,
+    pub trials_narrowed: u64,
+    pub trials_widened: u64,
+    pub trials_undone: u64,
+    /// Widenings at once for long runners that waited.
+    pub widened_at_once: u64,
+}
+
+/// A change of the active set, for a plot over time.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Point {
+    /// Seconds since the consolidation began.
+    pub t_s: f64,
+    pub active: usize,
+}
+
+/// What `vsched run --consolidate` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub cpus: Vec<u32>,
+    pub duration_s: f64,
+    /// Mean active vCPUs over the periods.
+    pub mean_active: f64,
+    pub counts: Counts,
+    pub placement: PlacementCounts,
+    /// CPU time of the consolidation's own thread.
+    pub own_cpu_s: f64,
+    pub active_over_time: Vec<Point>,
+}
+
+pub struct Consolidator {
+    root: i32,
+    placement: Placement,
+    demand: Demand,
+    trials: Trials,
+    active: usize,
+    counts: Counts,
+    timeline: Vec<Point>,
+    began: Instant,
+    /// The set this thread (vsched's, reading the counters every tick)
+    /// runs on: the active one, so that its own wake-ups do not wake a
+    /// vCPU the program has left.
+    own_set: Vec<u32>,
+}
+
+impl Consolidator {
+    /// Consolidates process `root` and its descendants, starting on every
+    /// vCPU of `opts.cpus`.
+    pub fn new(root: i32, opts: Options, journal: Option<Journal>) -> Consolidator {
+        let active = opts.cpus.len();
+        Consolidator {
+            root,
+            placement: Placement::new(opts.cpus, journal),
+            demand: Demand::default(),
+            trials: Trials::new(),
+            active,
+            counts: Counts::default(),
+            timeline: vec![Point { t_s: 0.0, active }],
+            began: Instant::now(),
+            own_set: Vec::new(),
+        }
+    }
+
+    /// Runs until `stop` says so or the program's tree is empty, then
+    /// gives every thread back and reports.
+    pub fn run(mut self, stop: impl Fn() -> bool) -> Report {
+        let cpu0 = vsched_os::clock::thread_cpu_ns();
+        let period = Duration::from_nanos(policy::period_ns());
+        let mut next_tick = Instant::now();
+        let mut next_period = next_tick + period;
+        let mut tasks = Vec::new();
+        while !stop() {
+            let walk = self.counts.ticks % u64::from(TICKS_PER_WALK) == 0;
+            if walk {
+                tasks = tree::tasks(self.root);
+                if tasks.is_empty() {
+                    break;
+                }
+            }
+            self.tick(&tasks, walk);
+            let now = Instant::now();
+            if now >= next_period {
+                self.period(now);
+                next_period += period;
+                if next_period < now {
+                    next_period = now + period;
+                }
+            }
+            next_tick += TICK;
+            match next_tick.checked_duration_since(Instant::now()) {
+                Some(d) => std::thread::sleep(d),
+                // Late (the machine is loaded): no burst of catching up.
+                None => next_tick = Instant::now(),
+            }
+        }
+        self.placement.restore();
+        self.placement.close_journal();
+        let own = vsched_os::clock::thread_cpu_ns().saturating_sub(cpu0);
+        self.report(own)
+    }
+
+    fn tick(&mut self, tasks: &[tree::Task], walked: bool) {
+        self.counts.ticks += 1;
+        let t = self.demand.tick(tasks);
+        let tick_ns = TICK.as_nanos() as u64;
+        if t.long_runner_wait_ns >= tick_ns / WIDEN_WAIT_PER_TICK_DIVISOR
+            && self.active < self.placement.max()
+        {
+            self.active += 1;
+            self.counts.widened_at_once += 1;
+            self.trials.upset();
+            self.moved();
+        }
+        self.placement.apply(tasks, self.active, walked);
+        let set = self.placement.set_of(self.active);
+        if set != self.own_set {
+            // Best effort: where it fails, this thread runs anywhere.
+            let _ = vsched_os::affinity::set_thread_affinity(0, &set);
+            self.own_set = set;
+        }
+    }
+
+    fn period(&mut self, now: Instant) {
+        let p = self.demand.period();
+        self.counts.periods += 1;
+        self.counts.active_vcpu_periods += self.active as u64;
+        let now_ns = now.duration_since(self.began).as_nanos() as u64;
+        let can_widen = self.active < self.placement.max();
+        let step = self.trials.period(
+            p.progress,
+            p.busy_ns,
+            self.active as u32,
+            can_widen,
+            now_ns,
+            policy::period_ns(),
+        );
+        match step {
+            TrialStep::Narrow if self.active > 1 => {
+                self.active -= 1;
+                self.trials.started(true);
+                self.counts.trials_narrowed += 1;
+            }
+            TrialStep::Widen if can_widen => {
+                self.active += 1;
+                self.trials.started(false);
+                self.counts.trials_widened += 1;
+            }
+            TrialStep::Undo => {
+                if self.trials.narrowed() {
+                    self.active += 1;
+                } else {
+                    self.active -= 1;
+                }
+                self.active = self.active.clamp(1, self.placement.max());
+                self.counts.trials_undone += 1;
+            }
+            _ => return,
+        }
+        self.moved();
+    }
+
+    fn moved(&mut self) {
+        self.timeline.push(Point {
+            t_s: self.began.elapsed().as_secs_f64(),
+            active: self.active,
+        });
+    }
+
+    fn report(&self, own_cpu_ns: u64) -> Report {
+        Report {
+            schema: "vsched.consolidate/v1",
+            cpus: self.placement.set_of(self.placement.max()),
+            duration_s: self.began.elapsed().as_secs_f64(),
+            mean_active: if self.counts.periods == 0 {
+                self.active as f64
+            } else {
+                self.counts.active_vcpu_periods as f64 / self.counts.periods as f64
+            },
+            counts: self.counts,
+            placement: self.placement.counts,
+            own_cpu_s: own_cpu_ns as f64 / 1e9,
+            active_over_time: self.timeline.clone(),
+        }
+    }
+}

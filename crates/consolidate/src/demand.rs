@@ -1,0 +1,142 @@
+//! The program's demand, from its threads' counters (crate::counters):
+//! per tick, how long threads that run long per wake-up waited to run (the
+//! set must widen at once); per period, the run time and the blocks (the
+//! progress the trials compare).
+
+use crate::counters::{self, Schedstat};
+use crate::tree::Task;
+use std::collections::HashMap;
+use vsched_sched::policy;
+
+/// One thread's last counters and how it runs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Thread {
+    last: Schedstat,
+    /// Blocks at the last period (None until the first period saw it).
+    blocks: Option<u64>,
+    /// Mean run per slice, smoothed over ticks (1/4 new: a few ticks'
+    /// memory, as the scheduler's per-task average).
+    avg_run_ns: u64,
+    /// Run since it was last given a CPU anew.
+    run_this_slice_ns: u64,
+    slices_seen: u64,
+}
+
+/// A tick's demand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tick {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    /// Waiting of the threads that run long per wake-up
+    /// (vsched_sched::policy::long_runner): CPU-bound work that wants a
+    /// vCPU of its own.
+    pub long_runner_wait_ns: u64,
+}
+
+/// A period's demand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Period {
+    pub busy_ns: u64,
+    /// The threads' blocks: each ends in a wake-up, the program's progress.
+    pub progress: u64,
+}
+
+/// The demand of a changing set of threads.
+#[derive(Debug, Default)]
+pub struct Demand {
+    threads: HashMap<Task, Thread>,
+    busy_ns: u64,
+}
+
+impl Demand {
+    /// Reads the counters of `tasks` (every thread the program has now, in
+    /// order, as crate::tree::tasks gives them)
+    /// and returns what changed since the last tick. A thread seen for the
+    /// first time only sets its baseline; one gone is forgotten.
+    pub fn tick(&mut self, tasks: &[Task]) -> Tick {
+        let mut tick = Tick::default();
+        self.threads.retain(|t, _| tasks.binary_search(t).is_ok());
+        for &task in tasks {
+            let Some(now) = counters::schedstat(task) else {
+                continue;
+            };
+            let Some(th) = self.threads.get_mut(&task) else {
+                self.threads.insert(
+                    task,
+                    Thread {
+                        last: now,
+                        ..Thread::default()
+                    },
+                );
+                continue;
+            };
+            let run = now.run_ns.saturating_sub(th.last.run_ns);
+            let wait = now.wait_ns.saturating_sub(th.last.wait_ns);
+            let slices = now.slices.saturating_sub(th.last.slices);
+            if let Some(per_slice) = run.checked_div(slices) {
+                th.avg_run_ns = (th.avg_run_ns * 3 + per_slice) / 4;
+                th.run_this_slice_ns = per_slice;
+                th.slices_seen += slices;
+            } else {
+                th.run_this_slice_ns += run;
+            }
+            th.last = now;
+            tick.run_ns += run;
+            tick.wait_ns += wait;
+            let wakes = u32::try_from(th.slices_seen).unwrap_or(u32::MAX);
+            if wait > 0 && policy::long_runner(th.avg_run_ns, th.run_this_slice_ns, wakes) {
+                tick.long_runner_wait_ns += wait;
+            }
+        }
+        self.busy_ns += tick.run_ns;
+        tick
+    }
+
+    /// The period's demand since the last call: the run time the ticks
+    /// read, and the blocks of every thread already known at the last
+    /// period (a new one sets its baseline).
+    pub fn period(&mut self) -> Period {
+        let mut progress = 0;
+        for (task, th) in self.threads.iter_mut() {
+            let Some(now) = counters::blocks(*task) else {
+                continue;
+            };
+            if let Some(before) = th.blocks {
+                progress += now.saturating_sub(before);
+            }
+            th.blocks = Some(now);
+        }
+        Period {
+            busy_ns: std::mem::take(&mut self.busy_ns),
+            progress,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_is_counted_from_its_second_reading_and_forgotten_when_gone() {
+        let me = Task {
+            pid: std::process::id() as i32,
+            tid: vsched_os::sched::gettid(),
+        };
+        let mut d = Demand::default();
+        assert_eq!(d.tick(&[me]), Tick::default());
+        assert_eq!(d.period().progress, 0);
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let tick = d.tick(&[me]);
+        assert!(tick.run_ns > 0, "{tick:?}");
+        let p = d.period();
+        assert_eq!(p.busy_ns, tick.run_ns);
+        assert!(p.progress > 0, "{p:?}");
+        assert_eq!(d.tick(&[]), Tick::default());
+        assert!(d.threads.is_empty());
+    }
+}
