@@ -27,8 +27,8 @@ const WIDEN_WAIT_PER_TICK_DIVISOR: u64 = 2;
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The vCPUs the program may use, most preferred first: the active set
-    /// is the first n of them.
+    /// The vCPUs the program may use: the active set is the
+    /// lowest-numbered n of them.
     pub cpus: Vec<u32>,
 }
 
@@ -78,9 +78,7 @@ pub struct Consolidator {
     counts: Counts,
     timeline: Vec<Point>,
     began: Instant,
-    /// The set this thread (vsched's, reading the counters every tick)
-    /// runs on: the active one, so that its own wake-ups do not wake a
-    /// vCPU the program has left.
+    /// The set vsched's own threads run on (place_vsched).
     own_set: Vec<u32>,
 }
 
@@ -136,33 +134,35 @@ impl Consolidator {
         }
         self.placement.restore();
         self.placement.close_journal();
+        self.place_vsched(&self.placement.set_of(self.placement.max()));
         let own = vsched_os::clock::thread_cpu_ns().saturating_sub(cpu0);
         self.report(own)
     }
 
     fn tick(&mut self, tasks: &[tree::Task], walked: bool) {
         self.counts.ticks += 1;
-        let t = self.demand.tick(tasks);
+        // Threads the program placed itself are not the set's to serve.
+        let t = self.demand.tick(&self.placement.placed(tasks));
         let tick_ns = TICK.as_nanos() as u64;
         if t.long_runner_wait_ns >= tick_ns / WIDEN_WAIT_PER_TICK_DIVISOR
             && self.active < self.placement.max()
         {
             self.active += 1;
             self.counts.widened_at_once += 1;
-            self.trials.upset();
+            let now_ns = self.began.elapsed().as_nanos() as u64;
+            self.trials.overruled(now_ns, policy::period_ns());
             self.moved();
         }
         self.placement.apply(tasks, self.active, walked);
         let set = self.placement.set_of(self.active);
         if set != self.own_set {
-            // Best effort: where it fails, this thread runs anywhere.
-            let _ = vsched_os::affinity::set_thread_affinity(0, &set);
+            self.place_vsched(&set);
             self.own_set = set;
         }
     }
 
     fn period(&mut self, now: Instant) {
-        let p = self.demand.period();
+        let p = self.demand.period(policy::period_ns());
         self.counts.periods += 1;
         self.counts.active_vcpu_periods += self.active as u64;
         let now_ns = now.duration_since(self.began).as_nanos() as u64;
@@ -176,7 +176,11 @@ impl Consolidator {
             policy::period_ns(),
         );
         match step {
-            TrialStep::Narrow if self.active > 1 => {
+            // Never below the threads that each keep a vCPU busy: narrowed,
+            // two CPU-bound threads on two vCPUs (which the emulator's
+            // overhead makes read 80-90% busy, "idling") waited on one,
+            // were widened at once, and took 1.2x their time.
+            TrialStep::Narrow if self.active as u32 > p.long_runners.max(1) => {
                 self.active -= 1;
                 self.trials.started(true);
                 self.counts.trials_narrowed += 1;
@@ -198,6 +202,16 @@ impl Consolidator {
             _ => return,
         }
         self.moved();
+    }
+
+    /// Puts this thread and vsched's main thread (which waits for the
+    /// program, polling) on `set`: their own wake-ups must not wake a
+    /// vCPU the program has left. Best effort: where it fails, they run
+    /// anywhere.
+    fn place_vsched(&self, set: &[u32]) {
+        let main = std::process::id() as i32;
+        let _ = vsched_os::affinity::set_thread_affinity(0, set);
+        let _ = vsched_os::affinity::set_thread_affinity(main, set);
     }
 
     fn moved(&mut self) {

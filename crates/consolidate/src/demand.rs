@@ -20,6 +20,8 @@ struct Thread {
     /// Run since it was last given a CPU anew.
     run_this_slice_ns: u64,
     slices_seen: u64,
+    /// Run since the last period.
+    period_run_ns: u64,
 }
 
 /// A tick's demand.
@@ -39,6 +41,9 @@ pub struct Period {
     pub busy_ns: u64,
     /// The threads' blocks: each ends in a wake-up, the program's progress.
     pub progress: u64,
+    /// Threads that run long per slice (policy::long_runner) and ran at
+    /// least half the period: each gains from a vCPU of its own.
+    pub long_runners: u32,
 }
 
 /// The demand of a changing set of threads.
@@ -81,6 +86,7 @@ impl Demand {
                 th.run_this_slice_ns += run;
             }
             th.last = now;
+            th.period_run_ns += run;
             tick.run_ns += run;
             tick.wait_ns += wait;
             let wakes = u32::try_from(th.slices_seen).unwrap_or(u32::MAX);
@@ -93,11 +99,20 @@ impl Demand {
     }
 
     /// The period's demand since the last call: the run time the ticks
-    /// read, and the blocks of every thread already known at the last
-    /// period (a new one sets its baseline).
-    pub fn period(&mut self) -> Period {
+    /// read, the blocks of every thread already known at the last period
+    /// (a new one sets its baseline), and the long runners among them.
+    /// `period_ns`: the period's length.
+    pub fn period(&mut self, period_ns: u64) -> Period {
         let mut progress = 0;
+        let mut long_runners = 0;
         for (task, th) in self.threads.iter_mut() {
+            let ran = std::mem::take(&mut th.period_run_ns);
+            let wakes = u32::try_from(th.slices_seen).unwrap_or(u32::MAX);
+            if ran >= period_ns / 2
+                && policy::long_runner(th.avg_run_ns, th.run_this_slice_ns, wakes)
+            {
+                long_runners += 1;
+            }
             let Some(now) = counters::blocks(*task) else {
                 continue;
             };
@@ -109,6 +124,7 @@ impl Demand {
         Period {
             busy_ns: std::mem::take(&mut self.busy_ns),
             progress,
+            long_runners,
         }
     }
 }
@@ -125,7 +141,7 @@ mod tests {
         };
         let mut d = Demand::default();
         assert_eq!(d.tick(&[me]), Tick::default());
-        assert_eq!(d.period().progress, 0);
+        assert_eq!(d.period(100_000_000).progress, 0);
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(5) {
             std::hint::spin_loop();
@@ -133,7 +149,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         let tick = d.tick(&[me]);
         assert!(tick.run_ns > 0, "{tick:?}");
-        let p = d.period();
+        let p = d.period(100_000_000);
         assert_eq!(p.busy_ns, tick.run_ns);
         assert!(p.progress > 0, "{p:?}");
         assert_eq!(d.tick(&[]), Tick::default());

@@ -2,12 +2,14 @@
 //! if vsched dies while the program runs (SIGKILL, a crash).
 //!
 //! vsched writes a journal line to the watchdog's standard input before it
-//! first places a thread, and when it lets one go. When the pipe closes
-//! (vsched exited, however: the kernel closes a dead process's
-//! descriptors), the watchdog gives every thread the journal still lists,
-//! and that still has a set vsched gives, the start mask, then exits. It
-//! runs in its own process group, so a terminal's Ctrl-C does not end it
-//! before it has done so.
+//! first places a thread (and the first time it places one of a process),
+//! and when it lets one go. When the pipe closes (vsched exited, however:
+//! the kernel closes a dead process's descriptors), the watchdog gives
+//! every thread the journal still lists, and that still has a set within
+//! the start mask, the start mask; then it sweeps the journal's processes
+//! for threads created since vsched last looked, which inherited a
+//! narrowed set; then it exits. It runs in its own process group, so a
+//! terminal's Ctrl-C does not end it before it has done so.
 
 use crate::tree::Task;
 use std::collections::HashSet;
@@ -34,6 +36,11 @@ impl Journal {
         let mut sorted = start.to_vec();
         sorted.sort_unstable();
         self.write(&format!("S {}\n", format_cpu_list(&sorted)));
+    }
+
+    /// A process whose threads vsched places: swept at the end.
+    pub fn process(&mut self, pid: i32) {
+        self.write(&format!("P {pid}\n"));
     }
 
     pub fn taken(&mut self, task: Task) {
@@ -86,6 +93,9 @@ pub fn serve(input: impl BufRead) -> usize {
 fn follow(input: impl BufRead) -> usize {
     let mut start = Vec::new();
     let mut taken = HashSet::new();
+    let mut processes = HashSet::new();
+    // Threads let go: given back, or left to the program.
+    let mut released = HashSet::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         let mut words = line.split_whitespace();
@@ -98,25 +108,81 @@ fn follow(input: impl BufRead) -> usize {
             continue;
         }
         let mut n = || words.next()?.parse::<i32>().ok();
-        let (Some(pid), Some(tid)) = (n(), n()) else {
+        let Some(pid) = n() else {
             continue;
         };
-        match kind {
-            Some("T") => taken.insert(Task { pid, tid }),
-            Some("R") => taken.remove(&Task { pid, tid }),
-            _ => false,
+        if kind == Some("P") {
+            processes.insert(pid);
+            continue;
+        }
+        let Some(tid) = n() else {
+            continue;
         };
+        let task = Task { pid, tid };
+        match kind {
+            Some("T") => {
+                released.remove(&tid);
+                taken.insert(task);
+            }
+            Some("R") => {
+                taken.remove(&task);
+                released.insert(tid);
+            }
+            _ => {}
+        }
     }
     if start.is_empty() {
         return 0;
     }
-    let vscheds = |mask: &[u32]| mask.iter().all(|c| start.contains(c));
-    taken
+    let within_start = |mask: &[u32]| mask.iter().all(|c| start.contains(c));
+    let listed = taken
         .into_iter()
         .filter(|&t| still_in_its_process(t))
-        .filter(|t| affinity::thread_affinity(t.tid).is_ok_and(|m| vscheds(&m)))
+        .filter(|t| affinity::thread_affinity(t.tid).is_ok_and(|m| within_start(&m)))
         .filter(|t| affinity::set_thread_affinity(t.tid, &start).is_ok())
-        .count()
+        .count();
+    listed + widen_narrowed(&start, &processes, &released).widened
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub widened: usize,
+    pub failed: usize,
+}
+
+/// Gives every thread of `processes` whose affinity is a narrowed set of
+/// vsched's (the first k vCPUs of `start`, sorted, k below all of them)
+/// the whole of `start`, except the threads in `left` (let go to the
+/// program, whose own mask may look like one).
+pub fn widen_narrowed(start: &[u32], processes: &HashSet<i32>, left: &HashSet<i32>) -> Swept {
+    let mut swept = Swept::default();
+    let narrowed = |mask: &[u32]| mask.len() < start.len() && start.starts_with(mask);
+    for &pid in processes {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if left.contains(&tid)
+                || !affinity::thread_affinity(tid).is_ok_and(|m| !m.is_empty() && narrowed(&m))
+            {
+                continue;
+            }
+            match affinity::set_thread_affinity(tid, start) {
+                Ok(()) => swept.widened += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(_) => swept.failed += 1,
+            }
+        }
+    }
+    swept
 }
 
 #[cfg(test)]
@@ -147,7 +213,9 @@ mod tests {
             format_cpu_list(&cpus)
         );
         // The worker is given back; the released thread (this one) and
-        // the one that does not exist are not touched.
+        // the one that does not exist are not touched. (No P line: a sweep
+        // of this process would also meet other tests' threads; the sweep
+        // is tested in placement.rs.)
         assert_eq!(follow(io::Cursor::new(journal)), 1);
         drop(done_tx);
         assert_eq!(worker.join().unwrap(), cpus);

@@ -13,29 +13,43 @@
 //! then finds no patch under way, and the kernel dies of "Oops: int3" at
 //! the byte after a breakpoint its memory no longer holds.
 
-/// Where a kernel's report of a failure begins: the first line of each
-/// kind the kernel prints (a bad access, an oops, a panic of its own).
-const REPORT_STARTS: [&str; 4] = [
-    "BUG: ",
-    "Oops: ",
-    "general protection fault",
-    "Kernel panic - not syncing:",
-];
-
 /// Lines of a long report kept from its start (the reason, the faulting
 /// instruction and its code, the registers and the first callers) and
 /// from its end (the panic's own line, which follows the call trace).
 const REPORT_HEAD_LINES: usize = 30;
 const REPORT_TAIL_LINES: usize = 6;
 
-/// The guest's report of its panic from `console`: from the first line
-/// that begins a failure report on, its middle (the deeper callers) left
-/// out when long; the last lines when no such line is there.
-pub fn report(console: &[String]) -> String {
-    let start = console
+/// Where the report of the failure that panicked the kernel begins in
+/// `console`: the last oops (or general protection fault) before the
+/// panic's line, from the `BUG:` line that names it if one does; else the
+/// last `BUG:`; else the panic's line itself (a panic called directly, as
+/// sysrq's). An earlier, survived failure is left out: its lines would
+/// push the fatal one into the part a long report leaves out.
+fn report_start(console: &[String]) -> Option<usize> {
+    let panic = console
         .iter()
-        .position(|l| REPORT_STARTS.iter().any(|k| l.contains(k)))
-        .unwrap_or(console.len().saturating_sub(REPORT_HEAD_LINES));
+        .rposition(|l| l.contains("Kernel panic - not syncing:"))?;
+    let before = &console[..panic];
+    if let Some(oops) = before
+        .iter()
+        .rposition(|l| l.contains("Oops: ") || l.contains("general protection fault"))
+    {
+        let named = oops > 0 && before[oops - 1].contains("BUG: ");
+        return Some(if named { oops - 1 } else { oops });
+    }
+    Some(
+        before
+            .iter()
+            .rposition(|l| l.contains("BUG: "))
+            .unwrap_or(panic),
+    )
+}
+
+/// The guest's report of its panic from `console` (report_start on), its
+/// middle (the deeper callers) left out when long; the last lines when
+/// the console shows no panic.
+pub fn report(console: &[String]) -> String {
+    let start = report_start(console).unwrap_or(console.len().saturating_sub(REPORT_HEAD_LINES));
     let lines = &console[start..];
     if lines.len() <= REPORT_HEAD_LINES + REPORT_TAIL_LINES {
         return lines.join("\n");
@@ -51,29 +65,30 @@ pub fn report(console: &[String]) -> String {
 }
 
 /// The reason and instruction ("Fatal exception; RIP 0010:...") of the
-/// panic whose console ends in `console`.
-pub fn cause(console: &str) -> String {
+/// panic whose report (crate::guest_panic::report) is `report`.
+pub fn cause(report: &str) -> String {
     let reason =
-        after(console, "Kernel panic - not syncing:").unwrap_or_else(|| "no reason given".into());
-    match after(console, "RIP:") {
+        after(report, "Kernel panic - not syncing:").unwrap_or_else(|| "no reason given".into());
+    match after(report, "RIP:") {
         Some(rip) => format!("{reason}; RIP {rip}"),
         None => reason,
     }
 }
 
-/// When the panic on `console` is the emulator's stale breakpoint (see
-/// the module's comment), where it struck: the instruction and the code
-/// around it. `None` for every other panic, including a real breakpoint:
-/// one still in memory shows as `cc` before the faulting byte.
-pub fn stale_breakpoint(console: &str) -> Option<String> {
-    // The first oops is the one that matters; later ones may follow from it.
-    let oops = console
-        .lines()
-        .find_map(|l| l.split_once("Oops: ").map(|(_, rest)| rest))?;
-    if !oops.starts_with("int3") {
+/// When the panic whose report (crate::guest_panic::report) is `report`
+/// is the emulator's stale breakpoint (see the module's comment), where
+/// it struck: the instruction and the code around it. `None` for every
+/// other panic, including a real breakpoint: one still in memory shows as
+/// `cc` before the faulting byte. Kernels that print their oops without
+/// the `Oops: ` prefix are never taken for the emulator's.
+pub fn stale_breakpoint(report: &str) -> Option<String> {
+    // The fatal oops, and its own RIP and code lines after it.
+    let at_oops = report.find("Oops: ")?;
+    let from_oops = &report[at_oops..];
+    if !from_oops["Oops: ".len()..].starts_with("int3") {
         return None;
     }
-    let code = after(console, "Code: ")?;
+    let code = after(from_oops, "Code: ")?;
     let bytes: Vec<&str> = code.split_whitespace().collect();
     // An int3 trap reports the address after the breakpoint, which the
     // kernel prints in <>.
@@ -82,15 +97,14 @@ pub fn stale_breakpoint(console: &str) -> Option<String> {
     if before.eq_ignore_ascii_case("cc") {
         return None;
     }
-    let rip = after(console, "RIP:").unwrap_or_else(|| "at an unknown instruction".into());
+    let rip = after(from_oops, "RIP:").unwrap_or_else(|| "at an unknown instruction".into());
     let shown = bytes[at - 1..bytes.len().min(at + 4)].join(" ");
     Some(format!("{rip}, code {shown}"))
 }
 
-/// The rest of the first line of `console` that contains `key`, after it.
-fn after(console: &str, key: &str) -> Option<String> {
-    console
-        .lines()
+/// The rest of the first line of `text` that contains `key`, after it.
+fn after(text: &str, key: &str) -> Option<String> {
+    text.lines()
         .find_map(|l| l.split_once(key))
         .map(|(_, rest)| rest.trim().to_string())
 }
@@ -178,6 +192,38 @@ mod tests {
         let sysrq = "[ 4.0] sysrq: Trigger a crash\n\
                      [ 4.0] Kernel panic - not syncing: sysrq triggered crash\n";
         assert_eq!(stale_breakpoint(sysrq), None);
+    }
+
+    #[test]
+    fn an_earlier_survived_failure_is_left_out_of_the_report_and_its_code_unread() {
+        // A warning the kernel survived, with its own code line whose byte
+        // before the fault is not cc; then a real breakpoint kills it.
+        let mut console: Vec<String> = vec![
+            "[ 1.0] WARNING: CPU: 0 PID: 1 at kernel/x.c:1 f+0x1/0x2".into(),
+            "[ 1.0] RIP: 0010:f+0x1/0x2".into(),
+            "[ 1.0] Code: 48 89 c7 <0f> 0b 90".into(),
+            "[ 1.0] ---[ end trace 0000000000000000 ]---".into(),
+        ];
+        let real = STALE_INT3.replace("18 66 <90>", "18 cc <90>");
+        console.extend(real.lines().map(String::from));
+        let r = report(&console);
+        assert!(r.starts_with("[    2.70] Oops: int3"), "{r}");
+        assert!(!r.contains("WARNING"), "{r}");
+        assert_eq!(stale_breakpoint(&r), None);
+        assert_eq!(
+            cause(&r),
+            "Fatal exception in interrupt; RIP 0010:sched_clock_cpu+0x9/0x230"
+        );
+        // A NULL dereference's report begins at the BUG: line naming it.
+        let bug: Vec<String> = [
+            "[ 3.0] BUG: kernel NULL pointer dereference, address: 0000000000000008",
+            "[ 3.0] Oops: Oops: 0000 [#1] SMP NOPTI",
+            "[ 3.0] Kernel panic - not syncing: Fatal exception",
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        assert!(report(&bug).starts_with("[ 3.0] BUG: kernel NULL"));
     }
 
     #[test]

@@ -882,10 +882,11 @@ impl Transcript {
         let err = stderr_text.join().unwrap_or_default();
         // panic=-1 reboots, and -no-reboot then ends QEMU.
         if self.console.iter().any(|l| l.contains("Kernel panic")) {
+            let report = crate::guest_panic::report(&self.console);
             return LabError::GuestPanic {
                 during_commands: self.first_command.is_some(),
-                console_tail: crate::guest_panic::report(&self.console),
-                stale_breakpoint: crate::guest_panic::stale_breakpoint(&self.console.join("\n")),
+                stale_breakpoint: crate::guest_panic::stale_breakpoint(&report),
+                console_tail: report,
                 partial_output: self
                     .current
                     .take()

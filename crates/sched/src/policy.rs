@@ -38,6 +38,7 @@ mod ffi {
         ) -> i32;
         pub fn vsched_trials_started(t: *mut vs_trials, narrowed: i32);
         pub fn vsched_trials_upset(t: *mut vs_trials);
+        pub fn vsched_trials_overruled(t: *mut vs_trials, now: u64, period_ns: u64);
         pub fn vsched_long_runner(avg_run_ns: u64, run_this_wake_ns: u64, wakes: u32) -> i32;
     }
 }
@@ -122,6 +123,14 @@ impl Trials {
     pub fn upset(&mut self) {
         // SAFETY: as in `period`.
         unsafe { ffi::vsched_trials_upset(&mut self.0) }
+    }
+
+    /// The set was widened at once for long runners that waited: a trial
+    /// under way is void and the wait before the next doubles, as after
+    /// a failed trial (policy.h, vs_trials_overruled).
+    pub fn overruled(&mut self, now_ns: u64, period_ns: u64) {
+        // SAFETY: as in `period`.
+        unsafe { ffi::vsched_trials_overruled(&mut self.0, now_ns, period_ns) }
     }
 
     /// Whether the move on trial (if any) narrowed the set.

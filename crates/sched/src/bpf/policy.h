@@ -588,6 +588,27 @@ static inline void vs_trials_upset(struct vs_trials *t)
 }
 
 /*
+ * The set was widened at once for threads that run long and had to wait
+ * (`vsched run --consolidate`): the narrowing that made them wait was
+ * wrong, so as after a failed trial the wait before the next doubles.
+ * Upset alone let CPU-bound threads on two vCPUs (read 80-90% busy under
+ * the emulator, so "idling") be narrowed and widened again every 0.4 s
+ * in the lab. (The scheduler's timer still calls vs_trials_upset.)
+ */
+static inline void vs_trials_overruled(struct vs_trials *t, u64 now,
+				       u64 period_ns)
+{
+	vs_trials_upset(t);
+	if (!t->backoff_ns)
+		t->backoff_ns = VS_TRIAL_PERIODS * period_ns;
+	else if (t->backoff_ns * 2 > VS_TRIAL_BACKOFF_MAX_NS)
+		t->backoff_ns = VS_TRIAL_BACKOFF_MAX_NS;
+	else
+		t->backoff_ns *= 2;
+	t->not_before_ns = now + t->backoff_ns;
+}
+
+/*
  * Which of two vCPUs consolidation gives up first (parks), `a` against
  * the candidate `b` so far: the weaker by capacity; but between two whose
  * capacities are within the keep-prev margin of each other (readings of

@@ -31,6 +31,11 @@ void vsched_trials_upset(struct vs_trials *t)
 	vs_trials_upset(t);
 }
 
+void vsched_trials_overruled(struct vs_trials *t, u64 now, u64 period_ns)
+{
+	vs_trials_overruled(t, now, period_ns);
+}
+
 int vsched_long_runner(u64 avg_run_ns, u64 run_this_wake_ns, u32 wakes)
 {
 	return vs_long_runner(avg_run_ns, run_this_wake_ns, wakes);

@@ -163,6 +163,13 @@ static void trial_course(void)
 	/* Climbing rates never start a trial. */
 	CHECK(vs_trials_period(&t, 1200, 10 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
 	CHECK(vs_trials_period(&t, 1500, 10 * MS, 2, 0, now += period, period) == VS_TRIAL_NOTHING);
+	/* Overruled (widened at once): void, and the wait doubles as after
+	 * a failure. */
+	t.backoff_ns = 2 * period;
+	t.on_trial = 1;
+	vs_trials_overruled(&t, now, period);
+	CHECK(!t.on_trial && t.steady == 0);
+	CHECK(t.backoff_ns == 4 * period && t.not_before_ns == now + 4 * period);
 	/* Failures double the wait up to 10 s. */
 	t.backoff_ns = 8000 * MS;
 	t.on_trial = 1;
