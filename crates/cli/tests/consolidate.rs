@@ -6,29 +6,11 @@
 
 mod common;
 
-use common::lab::{layout_with_schedbench, run_in_guest};
+use common::lab::{
+    layout_with_schedbench, marked_value as value, run_counting_ipis as run, run_in_guest,
+};
 use common::summary_after;
 use serde_json::Value;
-
-/// Every IPI the guest's vCPUs received: RES and CAL, all columns.
-const IPIS: &str = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
-                    END {print t}' /proc/interrupts";
-
-/// `program` run under `prefix`, its output lines marked, then the IPIs
-/// it cost as "`marker` ipis N".
-fn run(prefix: &str, program: &str, marker: &str) -> String {
-    format!(
-        "a=$({IPIS}); {prefix} {program} | sed 's/^/{marker} /'; b=$({IPIS}); \
-         echo \"{marker} ipis $((b - a))\"; "
-    )
-}
-
-fn value(text: &str, key: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key}: {text}"))
-}
 
 fn count(report: &Value, name: &str) -> u64 {
     report["counts"][name]

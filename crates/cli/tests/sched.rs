@@ -11,7 +11,9 @@
 
 mod common;
 
-use common::lab::{layout_with_schedbench, run_in_guest, wait_state};
+use common::lab::{
+    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, wait_state,
+};
 use common::{summary_after, vsched};
 use serde_json::Value;
 
@@ -310,21 +312,13 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
-    // Every IPI the guest's vCPUs received: RES and CAL, all columns.
-    let ipis = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
-                END {print t}' /proc/interrupts";
     // About 6 s under the default scheduler (the first narrowing takes
     // half a second or more); ~10 us of work per thread
     // per round, where one vCPU ran such a barrier 1.7x faster than two.
     let barrier = "schedbench barrier 4 60000 2000";
     // About 1.5 s under the default.
     let cpu_bound = "schedbench cpu 2 1000000000";
-    let run = |prefix: &str, program: &str, marker: &str| {
-        format!(
-            "a=$({ipis}); {prefix} {program} | sed 's/^/{marker} /'; b=$({ipis}); \
-             echo \"{marker} ipis $((b - a))\"; "
-        )
-    };
+    let run = run_counting_ipis;
     let sched = |flags: &str, marker: &str| {
         format!("vsched sched -q {flags} --stats-json /tmp/{marker}.json --")
     };
@@ -350,12 +344,7 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
         + &show("cpu");
     let guest = layout_with_schedbench("sched/two-free");
     let out = run_in_guest(&guest, &[&blocking, &cpu]);
-    let value = |text: &str, key: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key}: {text}"))
-    };
+    let value = marked_value;
     let mean_active = |summary: &Value| {
         counter(summary, "active_vcpu_periods") as f64
             / counter(summary, "consolidate_periods").max(1) as f64

@@ -122,3 +122,25 @@ pub fn wait_state(state: &str) -> String {
         "for i in $(seq 100); do grep -qx {state} /sys/kernel/sched_ext/state && break; sleep 0.1; done"
     )
 }
+
+/// Shell that prints every IPI the guest's vCPUs received so far: RES and
+/// CAL, all columns.
+pub const IPIS: &str = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
+                        END {print t}' /proc/interrupts";
+
+/// Shell that runs `program` under `prefix`, its output lines marked
+/// `marker`, then prints the IPIs it cost as "`marker` ipis N".
+pub fn run_counting_ipis(prefix: &str, program: &str, marker: &str) -> String {
+    format!(
+        "a=$({IPIS}); {prefix} {program} | sed 's/^/{marker} /'; b=$({IPIS}); \
+         echo \"{marker} ipis $((b - a))\"; "
+    )
+}
+
+/// The number after "`key` " on a line of a guest command's output.
+pub fn marked_value(text: &str, key: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key}: {text}"))
+}
