@@ -65,7 +65,7 @@ cargo test --release --workspace --all-targets
 for version in 6.16.12 6.18.15 7.3.4; do
   echo "== the scheduler's lab tests on Linux $version"
   skip=(--skip bench_sched_runs_every_variant_of_a_scenario --skip bench_sync_in_a_guest_runs_each_pairing)
-  VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults \
+  VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults --test channel \
     -- "${skip[@]}"
 done
 echo "== loom model checks of the synchronisation runtime"

@@ -172,7 +172,7 @@ fn print_guest_table(b: &GuestSyncBench) {
         b.vcpus, b.kernel, b.accel, b.rounds
     );
     println!(
-        "\n  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} | {:>8} {:>6}",
+        "\n  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} {:>11} | {:>8} {:>6} {:>7}",
         "case",
         "x",
         "threads",
@@ -180,8 +180,10 @@ fn print_guest_table(b: &GuestSyncBench) {
         "dflt vsched",
         "sched glibc",
         "sched vsched",
+        "channel on",
         "together",
-        "4x/1x"
+        "4x/1x",
+        "channel"
     );
     let ns = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     let ratio = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
@@ -192,7 +194,7 @@ fn print_guest_table(b: &GuestSyncBench) {
             ratio(r.together_vs_1x)
         };
         println!(
-            "  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} | {:>8} {:>6}",
+            "  {:<15} {:>2} {:>7} | {:>11} {:>11} | {:>11} {:>11} {:>11} | {:>8} {:>6} {:>7}",
             r.case.name(),
             r.oversubscription,
             r.threads,
@@ -200,8 +202,10 @@ fn print_guest_table(b: &GuestSyncBench) {
             ns(r.default_vsched_ns),
             ns(r.sched_glibc_ns),
             ns(r.sched_vsched_ns),
+            ns(r.sched_channel_ns),
             ratio(r.together),
             vs_1x,
+            ratio(r.channel_speedup),
         );
     }
     for p in &b.problems {

@@ -31,6 +31,7 @@ pub fn start(pid: i32) -> Result<Running> {
     let thread = std::thread::Builder::new()
         .name("consolidate".into())
         .spawn(move || {
+            crate::signals::leave_to_other_threads();
             // Ctrl-C or SIGTERM to vsched: the threads are given back at
             // once, while vsched waits for the program to end.
             consolidator.run(|| ended.load(Ordering::SeqCst) || crate::signals::stopped())
@@ -65,7 +66,7 @@ impl Running {
 pub fn summary(r: &Report) -> String {
     let c = &r.counts;
     format!(
-        "vsched: consolidation: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} threads placed, {} left to the program; own CPU {:.3} s",
+        "vsched: consolidation: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} threads placed, {} left to the program; own CPU {:.3} s (vsched's {:.3} s)",
         r.mean_active,
         r.cpus.len(),
         r.duration_s,
@@ -75,7 +76,8 @@ pub fn summary(r: &Report) -> String {
         c.widened_at_once,
         r.placement.threads_placed,
         r.placement.threads_left_to_the_program,
-        r.own_cpu_s
+        r.own_cpu_s,
+        r.vsched_cpu_s
     )
 }
 

@@ -63,6 +63,10 @@ pub struct ExecArgs {
     #[arg(long)]
     admission: bool,
 
+    /// Mark waiting threads in the channel of a running `vsched sched`, which then runs other threads first until their wakers clear the mark (virtual blocking by the scheduler; off by default: it helps signal-style hand-offs and costs broadcasts and barriers, see docs/sync.md)
+    #[arg(long)]
+    channel: bool,
+
     /// The runtime library (default: libvsched_sync.so next to the vsched binary, or $VSCHED_SYNC_LIB)
     #[arg(long, value_name = "PATH")]
     library: Option<PathBuf>,
@@ -97,6 +101,7 @@ pub fn run(args: ExecArgs) -> Result<u8> {
         stats: args.stats,
         stats_json,
         admission: args.admission,
+        channel: args.channel,
     };
     let inherited = std::env::var_os(exec_env::LD_PRELOAD.name());
     let env = settings.environment(&library, inherited.as_deref());

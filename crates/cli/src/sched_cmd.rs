@@ -268,6 +268,13 @@ fn announce(args: &SchedArgs, session: &Session, t: &Tunables) {
         on_off(t.consolidate),
         on_off(!args.no_probe)
     );
+    match session.channel() {
+        Ok(path) => eprintln!("vsched sched: the runtime's channel is at {path}"),
+        Err(why) if t.channel => {
+            eprintln!("vsched sched: warning: no channel for the runtime: {why}")
+        }
+        Err(_) => {}
+    }
     if args.verbose {
         if let Some(insns) = session.verified_instructions() {
             eprintln!(

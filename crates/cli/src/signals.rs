@@ -22,6 +22,22 @@ pub fn catch() {
     }
 }
 
+/// Blocks SIGINT and SIGTERM on the calling thread, so that the kernel
+/// hands them to a thread that waits for them (the main thread's wait for
+/// the program ends at once on a handled signal). The flag is process-wide:
+/// this thread still sees `stopped()`.
+pub fn leave_to_other_threads() {
+    // SAFETY: the set is initialised by sigemptyset before use; blocking
+    // signals on this thread has no memory effects.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 pub fn stopped() -> bool {
     STOP.load(Ordering::SeqCst)
 }

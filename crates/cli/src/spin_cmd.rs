@@ -341,16 +341,21 @@ pub fn run(args: RunArgs) -> Result<u8> {
     }
     let status = match status {
         Some(s) => s,
-        None => loop {
+        None => {
             // Without detection (or after Ctrl-C stopped it) just wait; the
             // program got the terminal's SIGINT itself, SIGTERM is forwarded.
             // (A thread may still be traced for a moment: peek, as above.)
-            if has_exited(pid) {
-                break child.wait()?;
+            let watch = vsched_os::child::ExitWatch::new(pid);
+            loop {
+                if has_exited(pid) {
+                    break child.wait()?;
+                }
+                forward_sigterm(pid, &mut forwarded);
+                // A signal handled on this thread ends the wait at once;
+                // one handled on another thread is seen within this.
+                watch.wait(Duration::from_millis(100));
             }
-            forward_sigterm(pid, &mut forwarded);
-            std::thread::sleep(Duration::from_millis(5));
-        },
+        }
     };
     if let Some(c) = consolidation {
         c.finish(args.consolidate_json.as_deref())?;

@@ -765,8 +765,8 @@ fn bench_sync_in_a_guest_runs_each_pairing() {
     pairings.dedup();
     assert_eq!(
         pairings.len(),
-        8,
-        "2 schedulers x 2 runtimes x 2 thread counts: {pairings:?}"
+        10,
+        "2 thread counts x (2 runtimes under the default, 3 under vsched's): {pairings:?}"
     );
     assert!(
         runs.iter()

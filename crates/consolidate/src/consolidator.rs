@@ -4,15 +4,19 @@
 
 use crate::demand::Demand;
 use crate::placement::{Placement, PlacementCounts};
-use crate::tree;
+use crate::tree::{self, Tree};
 use crate::watchdog::Journal;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use vsched_sched::policy::{self, TrialStep, Trials};
 
-/// How often the threads' counters are read: 10 ms, so that CPU-bound
-/// threads that must wait widen the set within a tick or two (the
-/// scheduler's form reacts at two slice ends, 6-8 ms).
+/// How often the threads' counters are read while the set can widen:
+/// 10 ms, so that CPU-bound threads that must wait widen the set within a
+/// tick or two (the scheduler's form reacts at two slice ends, 6-8 ms).
+/// At the widest set nothing can widen at once, and new threads inherit
+/// the widest set: the threads are walked and read once a period only, as
+/// the trials need, and CPU-bound work that needs every vCPU shares them
+/// with a tenth of the readings.
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// Ticks between walks of the process tree and checks of every thread's
@@ -20,9 +24,14 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// a late walk costs nothing but a late count): 50 ms.
 const TICKS_PER_WALK: u32 = 5;
 
-/// A long runner's waiting, as a share of a tick, that widens the set at
-/// once: half (5 ms of 10), as a thread queued at two slice ends in a row
-/// in the scheduler's form.
+/// Periods between walks while the set is settled at its widest
+/// (`Consolidator::settled_wide`): half a second, within which a new
+/// thread, which inherits the widest set, is only not yet counted.
+const SETTLED_PERIODS_PER_WALK: u32 = 5;
+
+/// A long runner's waiting, as a share of the time since the last
+/// reading, that widens the set at once: half (5 ms of a 10 ms tick), as a
+/// thread queued at two slice ends in a row in the scheduler's form.
 const WIDEN_WAIT_PER_TICK_DIVISOR: u64 = 2;
 
 #[derive(Debug, Clone)]
@@ -35,6 +44,8 @@ pub struct Options {
 /// Counts of what the consolidation did.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Counts {
+    /// Readings of the threads' counters (each tick while the set can
+    /// widen, each period at the widest).
     pub ticks: u64,
     pub periods: u64,
     /// Sum over periods of the active set's size (over `periods`: the mean).
@@ -44,6 +55,9 @@ pub struct Counts {
     pub trials_undone: u64,
     /// Widenings at once for long runners that waited.
     pub widened_at_once: u64,
+    /// Periods settled at the widest set (a long runner per vCPU): only
+    /// run times read.
+    pub settled_periods: u64,
 }
 
 /// A change of the active set, for a plot over time.
@@ -66,6 +80,10 @@ pub struct Report {
     pub placement: PlacementCounts,
     /// CPU time of the consolidation's own thread.
     pub own_cpu_s: f64,
+    /// CPU time of every thread of vsched's process (the consolidation's,
+    /// the one that waits for the program, any other `vsched run` runs):
+    /// what the program's vCPUs gave up to vsched.
+    pub vsched_cpu_s: f64,
     pub active_over_time: Vec<Point>,
 }
 
@@ -80,6 +98,12 @@ pub struct Consolidator {
     began: Instant,
     /// The set vsched's own threads run on (place_vsched).
     own_set: Vec<u32>,
+    /// When the threads' counters were last read.
+    last_reading: Instant,
+    /// Long runners at the last period (crate::demand::Period).
+    long_runners: u32,
+    /// Periods since the last walk, while settled at the widest set.
+    settled_periods: u32,
 }
 
 impl Consolidator {
@@ -97,6 +121,9 @@ impl Consolidator {
             timeline: vec![Point { t_s: 0.0, active }],
             began: Instant::now(),
             own_set: Vec::new(),
+            last_reading: Instant::now(),
+            long_runners: 0,
+            settled_periods: 0,
         }
     }
 
@@ -108,10 +135,17 @@ impl Consolidator {
         let mut next_tick = Instant::now();
         let mut next_period = next_tick + period;
         let mut tasks = Vec::new();
+        let mut tree = Tree::default();
+        // Ticks of TICK while the set can widen; a walk every TICKS_PER_WALK.
+        let mut tick_no: u64 = 0;
         while !stop() {
-            let walk = self.counts.ticks % u64::from(TICKS_PER_WALK) == 0;
+            let walk = if self.can_widen() {
+                tick_no % u64::from(TICKS_PER_WALK) == 0
+            } else {
+                !self.settled_wide() || self.settled_periods % SETTLED_PERIODS_PER_WALK == 0
+            };
             if walk {
-                tasks = tree::tasks(self.root);
+                tasks = tree.tasks(self.root);
                 if tasks.is_empty() {
                     break;
                 }
@@ -119,13 +153,20 @@ impl Consolidator {
             self.tick(&tasks, walk);
             let now = Instant::now();
             if now >= next_period {
-                self.period(now);
+                self.period(&tasks, now);
                 next_period += period;
                 if next_period < now {
                     next_period = now + period;
                 }
             }
-            next_tick += TICK;
+            if self.can_widen() {
+                tick_no += 1;
+                next_tick += TICK;
+            } else {
+                // At the widest set, a walk and a reading each period:
+                // what the trials need.
+                next_tick = next_period;
+            }
             match next_tick.checked_duration_since(Instant::now()) {
                 Some(d) => std::thread::sleep(d),
                 // Late (the machine is loaded): no burst of catching up.
@@ -139,21 +180,42 @@ impl Consolidator {
         self.report(own)
     }
 
+    fn can_widen(&self) -> bool {
+        self.active < self.placement.max()
+    }
+
+    /// At the widest set with a long runner for every vCPU and no trial
+    /// under way, nothing can move: no wider set exists, and no narrowing
+    /// may start below the long runners. Each period then reads only the
+    /// run times (whether that still holds), walks every
+    /// SETTLED_PERIODS_PER_WALK periods, and reads no blocks: CPU-bound
+    /// work that needs every vCPU gives vsched the least.
+    fn settled_wide(&self) -> bool {
+        !self.can_widen() && !self.trials.on_trial() && self.long_runners as usize >= self.active
+    }
+
     fn tick(&mut self, tasks: &[tree::Task], walked: bool) {
         self.counts.ticks += 1;
         // Threads the program placed itself are not the set's to serve.
         let t = self.demand.tick(&self.placement.placed(tasks));
-        let tick_ns = TICK.as_nanos() as u64;
-        if t.long_runner_wait_ns >= tick_ns / WIDEN_WAIT_PER_TICK_DIVISOR
-            && self.active < self.placement.max()
-        {
+        // The first reading after a narrowing covers up to a walk's time.
+        let since_ns = std::mem::replace(&mut self.last_reading, Instant::now())
+            .elapsed()
+            .as_nanos() as u64;
+        let since_ns = since_ns.max(TICK.as_nanos() as u64);
+        if t.long_runner_wait_ns >= since_ns / WIDEN_WAIT_PER_TICK_DIVISOR && self.can_widen() {
             self.active += 1;
             self.counts.widened_at_once += 1;
             let now_ns = self.began.elapsed().as_nanos() as u64;
             self.trials.overruled(now_ns, policy::period_ns());
             self.moved();
         }
-        self.placement.apply(tasks, self.active, walked);
+        self.apply(tasks, walked);
+    }
+
+    /// Gives the program's threads, and vsched's own, the active set.
+    fn apply(&mut self, tasks: &[tree::Task], check: bool) {
+        self.placement.apply(tasks, self.active, check);
         let set = self.placement.set_of(self.active);
         if set != self.own_set {
             self.place_vsched(&set);
@@ -161,12 +223,23 @@ impl Consolidator {
         }
     }
 
-    fn period(&mut self, now: Instant) {
-        let p = self.demand.period(policy::period_ns());
+    fn period(&mut self, tasks: &[tree::Task], now: Instant) {
+        let settled = self.settled_wide();
+        let p = self.demand.period(policy::period_ns(), !settled);
+        self.long_runners = p.long_runners;
         self.counts.periods += 1;
         self.counts.active_vcpu_periods += self.active as u64;
+        if settled {
+            self.counts.settled_periods += 1;
+            self.settled_periods += 1;
+            // No progress was read: the trials start again from steady
+            // periods once it is.
+            self.trials.upset();
+            return;
+        }
+        self.settled_periods = 0;
         let now_ns = now.duration_since(self.began).as_nanos() as u64;
-        let can_widen = self.active < self.placement.max();
+        let can_widen = self.can_widen();
         let step = self.trials.period(
             p.progress,
             p.busy_ns,
@@ -202,6 +275,8 @@ impl Consolidator {
             _ => return,
         }
         self.moved();
+        // At once, not at the next reading (at the widest set, a walk away).
+        self.apply(tasks, false);
     }
 
     /// Puts this thread and vsched's main thread (which waits for the
@@ -234,6 +309,7 @@ impl Consolidator {
             counts: self.counts,
             placement: self.placement.counts,
             own_cpu_s: own_cpu_ns as f64 / 1e9,
+            vsched_cpu_s: vsched_os::clock::process_cpu_ns() as f64 / 1e9,
             active_over_time: self.timeline.clone(),
         }
     }

@@ -4,7 +4,9 @@
 //! distribution kernels enable), the times it was given a CPU, and the
 //! times it blocked (`status`' voluntary_ctxt_switches: each is a wait for
 //! something, and the wake-up that ends it is the program's progress).
+//! Both files are kept open (crate::procfile).
 
+use crate::procfile::KeptFile;
 use crate::tree::Task;
 
 /// A thread's scheduling counters since it started.
@@ -16,11 +18,41 @@ pub struct Schedstat {
     pub slices: u64,
 }
 
-/// `task`'s schedstat; None if the thread is gone or the kernel keeps none.
-pub fn schedstat(task: Task) -> Option<Schedstat> {
-    let text =
-        std::fs::read_to_string(format!("/proc/{}/task/{}/schedstat", task.pid, task.tid)).ok()?;
-    parse_schedstat(&text)
+/// Bytes read of `status`: its voluntary_ctxt_switches line sits near the
+/// end of about 1.5 KB on 6.x kernels; its CPU masks grow with the CPUs
+/// (about 2.3 KB each for 8192), so 16 KB holds it on any machine.
+const STATUS_BYTES: usize = 16 * 1024;
+
+/// Bytes read of `schedstat`: three decimal u64s and their separators.
+const SCHEDSTAT_BYTES: usize = 64;
+
+/// One thread's counter files, opened at the first reading.
+#[derive(Debug, Default)]
+pub struct ThreadFiles {
+    schedstat: KeptFile,
+    status: KeptFile,
+}
+
+impl ThreadFiles {
+    /// Files this holds open (for the caller's bound on descriptors).
+    pub fn open_count(&self) -> usize {
+        usize::from(self.schedstat.is_open()) + usize::from(self.status.is_open())
+    }
+
+    /// `task`'s schedstat; None if the thread is gone or the kernel keeps
+    /// none. `keep`: whether the file may stay open for the next reading.
+    pub fn schedstat(&mut self, task: Task, keep: bool) -> Option<Schedstat> {
+        let mut buf = [0u8; SCHEDSTAT_BYTES];
+        let n = self.schedstat.read(task, "schedstat", keep, &mut buf)?;
+        parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
+    /// How many times `task` blocked; None if it is gone.
+    pub fn blocks(&mut self, task: Task, keep: bool) -> Option<u64> {
+        let mut buf = vec![0u8; STATUS_BYTES];
+        let n = self.status.read(task, "status", keep, &mut buf)?;
+        parse_blocks(&String::from_utf8_lossy(&buf[..n]))
+    }
 }
 
 fn parse_schedstat(text: &str) -> Option<Schedstat> {
@@ -30,13 +62,6 @@ fn parse_schedstat(text: &str) -> Option<Schedstat> {
         wait_ns: n.next()??,
         slices: n.next()??,
     })
-}
-
-/// How many times `task` blocked; None if it is gone.
-pub fn blocks(task: Task) -> Option<u64> {
-    let text =
-        std::fs::read_to_string(format!("/proc/{}/task/{}/status", task.pid, task.tid)).ok()?;
-    parse_blocks(&text)
 }
 
 fn parse_blocks(status: &str) -> Option<u64> {
@@ -74,18 +99,59 @@ mod tests {
             pid: std::process::id() as i32,
             tid: vsched_os::sched::gettid(),
         };
+        let mut files = ThreadFiles::default();
         let (s0, b0) = (
-            schedstat(me).expect("schedstat"),
-            blocks(me).expect("status"),
+            files.schedstat(me, true).expect("schedstat"),
+            files.blocks(me, true).expect("status"),
         );
+        assert_eq!(files.open_count(), 2);
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(20) {
             std::hint::spin_loop();
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let (s1, b1) = (schedstat(me).unwrap(), blocks(me).unwrap());
+        // Read again through the kept files, from offset 0.
+        let (s1, b1) = (
+            files.schedstat(me, true).unwrap(),
+            files.blocks(me, true).unwrap(),
+        );
         assert!(s1.run_ns > s0.run_ns, "{s0:?} {s1:?}");
         assert!(s1.slices > s0.slices, "{s0:?} {s1:?}");
         assert!(b1 > b0, "{b0} {b1}");
+        let mut unkept = ThreadFiles::default();
+        assert!(unkept.schedstat(me, false).is_some());
+        assert_eq!(unkept.open_count(), 0);
+    }
+
+    /// A kept file names its thread, not the id: once the thread is gone
+    /// it reads nothing (a new thread with the same id is another file).
+    #[test]
+    fn a_kept_file_reads_nothing_once_its_thread_exited() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            tx.send(vsched_os::sched::gettid()).unwrap();
+            let _ = go_rx.recv();
+        });
+        let task = Task {
+            pid: std::process::id() as i32,
+            tid: rx.recv().unwrap(),
+        };
+        let mut files = ThreadFiles::default();
+        assert!(files.schedstat(task, true).is_some());
+        assert!(files.blocks(task, true).is_some());
+        drop(go_tx);
+        worker.join().unwrap();
+        // join returns when the thread cleared its tid, a moment before
+        // the kernel releases it: wait for that.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while files.schedstat(task, true).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still read after exit"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(files.blocks(task, true), None);
     }
 }

@@ -3,15 +3,36 @@
 //! set must widen at once); per period, the run time and the blocks (the
 //! progress the trials compare).
 
-use crate::counters::{self, Schedstat};
+use crate::counters::{Schedstat, ThreadFiles};
 use crate::tree::Task;
 use std::collections::HashMap;
 use vsched_sched::policy;
 
+/// Counter files kept open at most, two per thread: far below the usual
+/// 1024 descriptors vsched may hold (a program with more threads than
+/// this has the rest read by path, each reading).
+const MAX_KEPT_FILES: usize = 512;
+
+/// Reads a thread's counter through `files` with `read(files, keep)`,
+/// keeping the file open while fewer than MAX_KEPT_FILES are, and keeps
+/// `kept` (the files open over every thread) counting.
+fn read_kept<T>(
+    kept: &mut usize,
+    files: &mut ThreadFiles,
+    read: impl FnOnce(&mut ThreadFiles, bool) -> Option<T>,
+) -> Option<T> {
+    let before = files.open_count();
+    let value = read(files, *kept < MAX_KEPT_FILES);
+    *kept = *kept + files.open_count() - before;
+    value
+}
+
 /// One thread's last counters and how it runs.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 struct Thread {
-    last: Schedstat,
+    files: ThreadFiles,
+    /// The last reading; None until the first (which only sets it).
+    last: Option<Schedstat>,
     /// Blocks at the last period (None until the first period saw it).
     blocks: Option<u64>,
     /// Mean run per slice, smoothed over ticks (1/4 new: a few ticks'
@@ -51,6 +72,8 @@ pub struct Period {
 pub struct Demand {
     threads: HashMap<Task, Thread>,
     busy_ns: u64,
+    /// Counter files the threads hold open.
+    kept_files: usize,
 }
 
 impl Demand {
@@ -60,24 +83,28 @@ impl Demand {
     /// first time only sets its baseline; one gone is forgotten.
     pub fn tick(&mut self, tasks: &[Task]) -> Tick {
         let mut tick = Tick::default();
-        self.threads.retain(|t, _| tasks.binary_search(t).is_ok());
+        let kept = &mut self.kept_files;
+        self.threads.retain(|t, th| {
+            let alive = tasks.binary_search(t).is_ok();
+            if !alive {
+                *kept -= th.files.open_count();
+            }
+            alive
+        });
         for &task in tasks {
-            let Some(now) = counters::schedstat(task) else {
+            let th = self.threads.entry(task).or_default();
+            let read = read_kept(&mut self.kept_files, &mut th.files, |f, keep| {
+                f.schedstat(task, keep)
+            });
+            let Some(now) = read else {
                 continue;
             };
-            let Some(th) = self.threads.get_mut(&task) else {
-                self.threads.insert(
-                    task,
-                    Thread {
-                        last: now,
-                        ..Thread::default()
-                    },
-                );
+            let Some(last) = th.last.replace(now) else {
                 continue;
             };
-            let run = now.run_ns.saturating_sub(th.last.run_ns);
-            let wait = now.wait_ns.saturating_sub(th.last.wait_ns);
-            let slices = now.slices.saturating_sub(th.last.slices);
+            let run = now.run_ns.saturating_sub(last.run_ns);
+            let wait = now.wait_ns.saturating_sub(last.wait_ns);
+            let slices = now.slices.saturating_sub(last.slices);
             if let Some(per_slice) = run.checked_div(slices) {
                 th.avg_run_ns = (th.avg_run_ns * 3 + per_slice) / 4;
                 th.run_this_slice_ns = per_slice;
@@ -85,7 +112,6 @@ impl Demand {
             } else {
                 th.run_this_slice_ns += run;
             }
-            th.last = now;
             th.period_run_ns += run;
             tick.run_ns += run;
             tick.wait_ns += wait;
@@ -101,8 +127,11 @@ impl Demand {
     /// The period's demand since the last call: the run time the ticks
     /// read, the blocks of every thread already known at the last period
     /// (a new one sets its baseline), and the long runners among them.
-    /// `period_ns`: the period's length.
-    pub fn period(&mut self, period_ns: u64) -> Period {
+    /// `period_ns`: the period's length. Without `progress` the blocks are
+    /// not read (the costliest file, `status`) and every baseline is
+    /// forgotten: the next period with them reads 0, the one after a whole
+    /// period's.
+    pub fn period(&mut self, period_ns: u64, progress_wanted: bool) -> Period {
         let mut progress = 0;
         let mut long_runners = 0;
         for (task, th) in self.threads.iter_mut() {
@@ -113,7 +142,14 @@ impl Demand {
             {
                 long_runners += 1;
             }
-            let Some(now) = counters::blocks(*task) else {
+            if !progress_wanted {
+                th.blocks = None;
+                continue;
+            }
+            let read = read_kept(&mut self.kept_files, &mut th.files, |f, keep| {
+                f.blocks(*task, keep)
+            });
+            let Some(now) = read else {
                 continue;
             };
             if let Some(before) = th.blocks {
@@ -141,7 +177,7 @@ mod tests {
         };
         let mut d = Demand::default();
         assert_eq!(d.tick(&[me]), Tick::default());
-        assert_eq!(d.period(100_000_000).progress, 0);
+        assert_eq!(d.period(100_000_000, true).progress, 0);
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(5) {
             std::hint::spin_loop();
@@ -149,10 +185,22 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         let tick = d.tick(&[me]);
         assert!(tick.run_ns > 0, "{tick:?}");
-        let p = d.period(100_000_000);
+        let p = d.period(100_000_000, true);
         assert_eq!(p.busy_ns, tick.run_ns);
         assert!(p.progress > 0, "{p:?}");
+        // Without progress: no blocks read, and the baselines forgotten.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        d.tick(&[me]);
+        assert_eq!(d.period(100_000_000, false).progress, 0);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        d.tick(&[me]);
+        assert_eq!(d.period(100_000_000, true).progress, 0, "a new baseline");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        d.tick(&[me]);
+        assert!(d.period(100_000_000, true).progress > 0);
+        assert_eq!(d.kept_files, 2, "schedstat and status kept open");
         assert_eq!(d.tick(&[]), Tick::default());
         assert!(d.threads.is_empty());
+        assert_eq!(d.kept_files, 0, "a forgotten thread's files are closed");
     }
 }

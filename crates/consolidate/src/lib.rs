@@ -14,6 +14,7 @@
 //! threads that run long per wake-up and must wait widen the set at once.
 //!
 //! * [`tree`]: the program's threads, children's included.
+//! * [`procfile`]: a thread's /proc file, kept open between readings.
 //! * [`counters`]: what the kernel counts per thread (run time, time
 //!   waiting to run, blocks).
 //! * [`demand`]: those counters turned into a tick's and a period's demand.
@@ -27,6 +28,7 @@ pub mod consolidator;
 pub mod counters;
 pub mod demand;
 pub mod placement;
+pub mod procfile;
 pub mod tree;
 pub mod watchdog;
 

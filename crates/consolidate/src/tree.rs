@@ -1,6 +1,10 @@
 //! The threads of a program and of every process it started, as /proc
 //! shows them now: each thread's `children` file lists the processes it
-//! forked, so the walk needs no scan of every process on the system.
+//! forked, so the walk needs no scan of every process on the system. The
+//! `children` files are kept open between walks (crate::procfile).
+
+use crate::procfile::KeptFile;
+use std::collections::HashMap;
 
 /// One thread: its process (thread group) and its own id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -14,47 +18,84 @@ pub struct Task {
 /// is for (a build's compiler processes come and go by the dozen).
 const MAX_PROCESSES: usize = 4096;
 
-/// Every thread of `root` and of its descendants; empty when `root` is
-/// gone. Processes that exit during the walk are skipped.
-pub fn tasks(root: i32) -> Vec<Task> {
-    let mut out = Vec::new();
-    let mut pending = vec![root];
-    let mut seen = 0;
-    while let Some(pid) = pending.pop() {
-        seen += 1;
-        if seen > MAX_PROCESSES {
-            break;
-        }
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for entry in dir.flatten() {
-            let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+/// `children` files kept open at most: with the counters' 512
+/// (crate::demand), well inside the usual 1024 descriptors.
+const MAX_KEPT_CHILDREN_FILES: usize = 256;
+
+/// Bytes read of a `children` file: a pid and a space each, so thousands
+/// of children; a longer list is read whole by path.
+const CHILDREN_BYTES: usize = 64 * 1024;
+
+/// The walks of one program's tree, with the files they keep open.
+#[derive(Debug, Default)]
+pub struct Tree {
+    children: HashMap<Task, KeptFile>,
+}
+
+impl Tree {
+    /// Every thread of `root` and of its descendants, in order; empty when
+    /// `root` is gone. Processes that exit during the walk are skipped.
+    pub fn tasks(&mut self, root: i32) -> Vec<Task> {
+        let mut out = Vec::new();
+        let mut pending = vec![root];
+        let mut seen = 0;
+        let mut buf = vec![0u8; CHILDREN_BYTES];
+        while let Some(pid) = pending.pop() {
+            seen += 1;
+            if seen > MAX_PROCESSES {
+                break;
+            }
+            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
                 continue;
             };
-            out.push(Task { pid, tid });
-            if let Ok(children) =
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
-            {
-                pending.extend(
-                    children
-                        .split_whitespace()
-                        .filter_map(|c| c.parse::<i32>().ok()),
-                );
+            for entry in dir.flatten() {
+                let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                    continue;
+                };
+                let task = Task { pid, tid };
+                out.push(task);
+                pending.extend(self.children_of(task, &mut buf));
             }
         }
+        out.sort_unstable();
+        // The files of threads gone are closed.
+        self.children.retain(|t, _| out.binary_search(t).is_ok());
+        out
     }
-    out.sort_unstable();
-    out
+
+    /// The processes `task` forked that still run.
+    fn children_of(&mut self, task: Task, buf: &mut [u8]) -> Vec<i32> {
+        let keep = self.children.len() < MAX_KEPT_CHILDREN_FILES;
+        let file = self.children.entry(task).or_default();
+        let text = match file.read(task, "children", keep, buf) {
+            Some(n) if n < buf.len() => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Some(_) => {
+                std::fs::read_to_string(format!("/proc/{}/task/{}/children", task.pid, task.tid))
+                    .unwrap_or_default()
+            }
+            None => String::new(),
+        };
+        if !file.is_open() {
+            self.children.remove(&task);
+        }
+        text.split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The second walk re-reads the kept `children` file of the thread
+    /// that forked since the first.
     #[test]
     fn the_walk_finds_a_child_process_and_this_process_threads() {
         let me = std::process::id() as i32;
+        let mut tree = Tree::default();
+        let before = tree.tasks(me);
+        assert!(!tree.children.is_empty(), "children files kept");
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
@@ -66,12 +107,13 @@ mod tests {
             let _ = done_rx.recv();
         });
         let worker_tid = tid_rx.recv().unwrap();
-        let found = tasks(me);
+        let found = tree.tasks(me);
         drop(done_tx);
         worker.join().unwrap();
         let child_pid = child.id() as i32;
         let _ = child.kill();
         let _ = child.wait();
+        assert!(!before.iter().any(|t| t.pid == child_pid), "{before:?}");
         assert!(found.contains(&Task { pid: me, tid: me }), "{found:?}");
         assert!(
             found.contains(&Task {
@@ -81,6 +123,6 @@ mod tests {
             "{found:?}"
         );
         assert!(found.iter().any(|t| t.pid == child_pid), "{found:?}");
-        assert!(tasks(i32::MAX).is_empty());
+        assert!(Tree::default().tasks(i32::MAX).is_empty());
     }
 }

@@ -41,6 +41,55 @@ pub fn spawn_watchdog(
     Ok((child, journal))
 }
 
+/// Sleeps until a process exits, without waking to poll: a pidfd
+/// (pidfd_open, Linux 5.3) becomes readable when the process has ended.
+/// Waking every few milliseconds to ask instead cost vsched 3.5% of a vCPU
+/// in an emulated guest, taken from the program it runs.
+pub struct ExitWatch {
+    /// None where the kernel has no pidfd_open: then `wait` sleeps briefly.
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+/// Where there is no pidfd, how long `ExitWatch::wait` sleeps at most: the
+/// delay in noticing an exit (5 ms, a fraction of any program's run).
+const POLL_WITHOUT_PIDFD: Duration = Duration::from_millis(5);
+
+impl ExitWatch {
+    /// Watches process `pid` (a child not yet reaped, so that the id
+    /// cannot name another process).
+    pub fn new(pid: i32) -> ExitWatch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes two integers and returns a new
+        // descriptor or -1; nothing of ours is passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        ExitWatch {
+            // SAFETY: a non-negative return is a descriptor this process
+            // now owns and nothing else holds.
+            pidfd: (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
+        }
+    }
+
+    /// Returns once the process has exited, a signal handler ran on this
+    /// thread, or `timeout` passed, whichever is first: the caller checks
+    /// which.
+    pub fn wait(&self, timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = &self.pidfd else {
+            std::thread::sleep(timeout.min(POLL_WITHOUT_PIDFD));
+            return;
+        };
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, whose count is passed; EINTR (a
+        // signal) and the timeout both just return.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+    }
+}
+
 /// User plus system CPU time of every child (and, through them, every
 /// descendant) that this process has waited for so far
 /// (getrusage(RUSAGE_CHILDREN)). The difference across a run that spawns
@@ -80,6 +129,29 @@ mod tests {
         .unwrap();
         let status = child.wait().unwrap();
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    }
+
+    #[test]
+    fn an_exit_watch_returns_when_the_child_exits_not_at_the_timeout() {
+        let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let watch = ExitWatch::new(child.id() as i32);
+        assert!(watch.pidfd.is_some(), "this kernel has pidfd_open");
+        let t = std::time::Instant::now();
+        watch.wait(Duration::from_secs(30));
+        let waited = t.elapsed();
+        assert!(
+            child.try_wait().unwrap().is_some(),
+            "returned before the exit"
+        );
+        assert!(waited < Duration::from_secs(20), "{waited:?}");
+        let still = Command::new("sleep").arg("30").spawn().unwrap();
+        let watch = ExitWatch::new(still.id() as i32);
+        let t = std::time::Instant::now();
+        watch.wait(Duration::from_millis(50));
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        let mut still = still;
+        let _ = still.kill();
+        let _ = still.wait();
     }
 
     #[test]

@@ -46,12 +46,16 @@ pub const STATS: EnvVar = EnvVar(c"VSCHED_SYNC_STATS");
 pub const STATS_JSON: EnvVar = EnvVar(c"VSCHED_SYNC_STATS_JSON");
 /// `1` turns spinlock admission (I-Spinlock) on.
 pub const ADMISSION: EnvVar = EnvVar(c"VSCHED_SYNC_ADMISSION");
+/// `1` lets the runtime mark its waiters in a running `vsched sched`'s
+/// channel (virtual blocking by the scheduler; off by default: measured,
+/// it costs broadcast-heavy programs more than it saves, docs/sync.md).
+pub const CHANNEL: EnvVar = EnvVar(c"VSCHED_SYNC_CHANNEL");
 /// Where `vsched exec` finds the runtime library when `--library` is not given.
 pub const LIBRARY: EnvVar = EnvVar(c"VSCHED_SYNC_LIB");
 /// The dynamic loader's list of libraries to load first.
 pub const LD_PRELOAD: EnvVar = EnvVar(c"LD_PRELOAD");
 
-/// The value that switches a flag variable (`STATS`, `ADMISSION`) on.
+/// The value that switches a flag variable (`STATS`, `ADMISSION`, `CHANNEL`) on.
 pub const ON: &str = "1";
 
 /// Default of `YIELD_NS`: 2 ms. Bounded so that a thread that waits for
@@ -78,7 +82,7 @@ mod tests {
     #[test]
     fn names_read_the_same_both_ways() {
         for var in [
-            SPIN_NS, YIELD_NS, STATS, STATS_JSON, ADMISSION, LIBRARY, LD_PRELOAD,
+            SPIN_NS, YIELD_NS, STATS, STATS_JSON, ADMISSION, CHANNEL, LIBRARY, LD_PRELOAD,
         ] {
             assert_eq!(var.name().as_bytes(), var.c_name().to_bytes());
         }

@@ -12,6 +12,7 @@
 //! vsched-sync calls from inside a preloaded program's lock waits.
 
 pub mod affinity;
+pub mod channel;
 pub mod child;
 pub mod clock;
 pub mod exec_env;

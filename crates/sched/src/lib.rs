@@ -19,6 +19,7 @@
 //! * [`policy`]: the BPF side's consolidation decisions, compiled for the
 //!   host, for consolidation without sched_ext.
 
+pub mod channel;
 pub mod error;
 pub mod loader;
 pub mod model;

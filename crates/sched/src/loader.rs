@@ -139,6 +139,8 @@ pub struct Scheduler<'obj> {
     skel: BpfSkel<'obj>,
     link: Option<Link>,
     nr_cpus: usize,
+    /// The channel's pin (None with --no-channel), or why it failed.
+    channel: Option<Result<crate::channel::ChannelPin, String>>,
 }
 
 impl<'obj> Scheduler<'obj> {
@@ -198,10 +200,14 @@ impl<'obj> Scheduler<'obj> {
             .vsched_ops
             .attach_struct_ops()
             .map_err(|e| bpf_error("attaching the scheduler (struct_ops)", e))?;
+        let channel = tunables
+            .channel
+            .then(|| crate::channel::pin(&mut skel.maps.channel));
         Ok(Scheduler {
             skel,
             link: Some(link),
             nr_cpus,
+            channel,
         })
     }
 
@@ -287,10 +293,21 @@ impl<'obj> Scheduler<'obj> {
         })
     }
 
+    /// Where the runtime finds the channel: Ok(path) once pinned, Err(why
+    /// not) (`--no-channel`, or no bpffs).
+    pub fn channel(&self) -> Result<&'static str, String> {
+        match &self.channel {
+            None => Err("off (--no-channel)".into()),
+            Some(Ok(_)) => Ok(vsched_os::channel::PIN),
+            Some(Err(why)) => Err(why.clone()),
+        }
+    }
+
     /// Detaches now (also done on drop) and says why the kernel recorded
     /// the exit, if it did.
     pub fn detach(mut self) -> Option<ExitInfo> {
         self.link.take();
+        self.channel.take();
         self.exit_info()
     }
 }

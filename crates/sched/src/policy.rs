@@ -137,6 +137,11 @@ impl Trials {
     pub fn narrowed(&self) -> bool {
         self.0.narrowed != 0
     }
+
+    /// Whether a move is on trial (its periods' progress is being compared).
+    pub fn on_trial(&self) -> bool {
+        self.0.on_trial != 0
+    }
 }
 
 /// Whether a thread that must wait asks for another vCPU: it runs long

@@ -122,6 +122,14 @@ impl Session {
         self.current.as_ref()?.verified_instructions()
     }
 
+    /// Where vsched's runtime finds the channel, or why it does not.
+    pub fn channel(&self) -> Result<&'static str, String> {
+        match &self.current {
+            Some(s) => s.channel(),
+            None => Err("no scheduler loaded".into()),
+        }
+    }
+
     pub fn is_loaded(&self) -> bool {
         self.current.is_some()
     }

@@ -167,5 +167,21 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "active_busy_us",
         "consolidation: microseconds the active set ran normal tasks over those periods (its demand; over active_vcpu_periods x 100,000: its utilisation)",
     ),
+    (
+        "marked_dispatches",
+        "channel: dispatches that ran a task of the queue other than its head, which had marked itself waiting (virtual blocking)",
+    ),
+    (
+        "marked_passed_over",
+        "channel: marked waiting tasks those dispatches passed over",
+    ),
+    (
+        "marked_all_waiting",
+        "channel: dispatches whose queue held only marked tasks (within the scan): the head ran anyway",
+    ),
+    (
+        "channel_slots_freed",
+        "channel: slots freed by the scheduler because their thread exited holding them",
+    ),
 
 ];

@@ -81,6 +81,14 @@ pub struct Tunables {
     #[arg(long = "no-local-wake", action = clap::ArgAction::SetFalse)]
     pub local_wake: bool,
 
+    /// Pin no channel at /sys/fs/bpf/vsched/channel, where vsched's
+    /// runtime (`vsched exec --channel`) marks its waiting threads for the
+    /// scheduler to run others first: they then run whenever their turn
+    /// comes, only to yield again (virtual blocking off; docs/sched.md,
+    /// "The channel")
+    #[arg(long = "no-channel", action = clap::ArgAction::SetFalse)]
+    pub channel: bool,
+
     /// Heartbeat period on busy vCPUs that the probe saw lose more than 5%
     /// of their time: two missed beats are an inactive episode (IVH's
     /// rhythm, BVS's state check). Shorter sees shorter episodes and costs
@@ -124,6 +132,7 @@ impl Tunables {
         rodata.consolidate_enabled = self.consolidate;
         rodata.consolidate_by_episodes = self.consolidate_by_episodes;
         rodata.local_wake_enabled = self.local_wake;
+        rodata.channel_enabled = self.channel;
         rodata.beat_ns = self.beat_ns;
         rodata.inject_error_after_ns = self.inject_error_after_ns;
     }
@@ -155,6 +164,7 @@ impl Default for Tunables {
             consolidate: false,
             consolidate_by_episodes: true,
             local_wake: true,
+            channel: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,
         }

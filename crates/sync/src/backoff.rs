@@ -15,6 +15,10 @@
 //!    not stay runnable for ever. When the excess threads
 //!    are other programs', a yield would give them the vCPU for a time
 //!    slice: the waiter sleeps instead (vsched-os's yield_may_help);
+//!    With a vsched scheduler running, a yielding waiter on a known word
+//!    also marks itself waiting in the scheduler's channel (channel.rs),
+//!    which then runs its vCPU's other threads first, until the waker
+//!    clears the mark (virtual blocking, done by the scheduler);
 //! 3. sleep on a futex, with the primitive counting its sleepers so that
 //!    releasers only make a wake-up system call when someone sleeps.
 //!
@@ -125,6 +129,11 @@ fn yield_share() -> Share {
 pub struct Backoff<'d> {
     deadline: Option<&'d Deadline>,
     phase: Phase,
+    /// The address of the word whose change ends the wait (0: unknown),
+    /// under which a yielding waiter is marked in the channel.
+    word: usize,
+    #[cfg(not(loom))]
+    mark: Option<crate::channel::Mark>,
 }
 
 impl<'d> Backoff<'d> {
@@ -132,13 +141,73 @@ impl<'d> Backoff<'d> {
         Backoff {
             deadline,
             phase: Phase::Start,
+            word: 0,
+            #[cfg(not(loom))]
+            mark: None,
         }
     }
+
+    /// A backoff whose waiter waits for `word` to change, and whose
+    /// wakers call [`wake`] on it after changing it: while yielding, it
+    /// marks itself waiting in the scheduler's channel. Not for a
+    /// process-shared word: its wakers in other processes could not find
+    /// the mark (the registry is per process).
+    pub fn on(deadline: Option<&'d Deadline>, word: &AtomicU32, shared: bool) -> Self {
+        Backoff {
+            word: if shared {
+                0
+            } else {
+                word as *const AtomicU32 as usize
+            },
+            ..Backoff::new(deadline)
+        }
+    }
+
+    /// Before a yield: whether to look at the word first instead, because
+    /// the thread was just marked (or marked again after a waker cleared
+    /// the mark) and the word may have changed before that (channel.rs).
+    #[cfg(not(loom))]
+    fn marked_anew(&mut self) -> bool {
+        if self.word == 0 {
+            return false;
+        }
+        match &self.mark {
+            Some(m) if m.is_set() => false,
+            Some(m) => {
+                m.rearm();
+                true
+            }
+            None => {
+                self.mark = crate::channel::mark(self.word);
+                // Without a channel, never again in this wait.
+                if self.mark.is_none() {
+                    self.word = 0;
+                }
+                self.mark.is_some()
+            }
+        }
+    }
+
+    #[cfg(loom)]
+    fn marked_anew(&mut self) -> bool {
+        false
+    }
+
+    #[cfg(not(loom))]
+    fn unmark(&mut self) {
+        if let Some(m) = self.mark.take() {
+            m.release();
+        }
+    }
+
+    #[cfg(loom)]
+    fn unmark(&mut self) {}
 
     /// Called after each failed attempt; spins or yields, or says to sleep.
     pub fn pause(&mut self) -> Next {
         if self.deadline.is_some_and(Deadline::passed) {
             bump(Counter::timeouts);
+            self.unmark();
             return Next::TimedOut;
         }
         loop {
@@ -177,6 +246,9 @@ impl<'d> Backoff<'d> {
                 }
                 Phase::Yield { since_ns, yields } => {
                     if keep_yielding(since_ns, yields) {
+                        if self.marked_anew() {
+                            return Next::Retry;
+                        }
                         bump(Counter::yields);
                         yield_now();
                         self.phase = Phase::Yield {
@@ -186,6 +258,7 @@ impl<'d> Backoff<'d> {
                         return Next::Retry;
                     }
                     yield_share().failed();
+                    self.unmark();
                     self.phase = Phase::Sleep;
                 }
                 Phase::Sleep => return Next::Sleep,
@@ -194,7 +267,8 @@ impl<'d> Backoff<'d> {
     }
 
     /// Called once the wait is over, to count where it ended.
-    pub fn done(&self) {
+    pub fn done(&mut self) {
+        self.unmark();
         match self.phase {
             Phase::Spin { .. } => {
                 bump(Counter::spin_wins);
@@ -324,6 +398,8 @@ pub fn sleep_while(
 /// Wakes up to `n` of `word`'s sleepers, if there are any. Call after
 /// changing `word`.
 pub fn wake(word: &AtomicU32, sleepers: &AtomicU32, n: i32, shared: bool) {
+    #[cfg(not(loom))]
+    crate::channel::clear_marks(word as *const AtomicU32 as usize);
     fence(SeqCst);
     if sleepers.load(SeqCst) > 0 {
         bump(Counter::wakes);

@@ -92,7 +92,7 @@ impl RawBarrier {
 
     /// Waits until `round` has reached `done` (wrapping, rounds are close).
     fn wait_for_round(&self, done: u32) {
-        let mut backoff = Backoff::new(None);
+        let mut backoff = Backoff::on(None, &self.round, self.shared());
         loop {
             let now = self.round.load(Acquire);
             if (now.wrapping_sub(done) as i32) >= 0 {

@@ -116,7 +116,7 @@ impl RawCond {
 
     /// Waits for `seq` to move (or a wake-up, or the deadline).
     fn wait_for_bump(&self, seq: u32, deadline: Option<&Deadline>, cancel: &Cancel) -> Outcome {
-        let mut backoff = Backoff::new(deadline);
+        let mut backoff = Backoff::on(deadline, &self.seq, self.shared());
         loop {
             if self.seq.load(Acquire) != seq {
                 backoff.done();

@@ -21,6 +21,10 @@ pub static STATS: AtomicBool = AtomicBool::new(false);
 /// default: measured, its system call per acquisition cost more than the
 /// preemptions it avoided (docs/benchmarks.md).
 pub static ADMISSION: AtomicBool = AtomicBool::new(false);
+/// Mark waiters in a running scheduler's channel, VSCHED_SYNC_CHANNEL=1.
+/// Off by default: measured, it costs broadcast-heavy programs more than
+/// it saves (docs/sync.md).
+pub static CHANNEL: AtomicBool = AtomicBool::new(false);
 
 /// Used only when nobody measured the machine: the wake-up latency of an
 /// idle vCPU that `vsched exec` typically measures on cloud VMs.
@@ -52,6 +56,9 @@ pub fn load_from_env() {
     }
     if env(exec_env::ADMISSION.c_name()).is_some_and(|v| v == exec_env::ON.as_bytes()) {
         ADMISSION.store(true, Relaxed);
+    }
+    if env(exec_env::CHANNEL.c_name()).is_some_and(|v| v == exec_env::ON.as_bytes()) {
+        CHANNEL.store(true, Relaxed);
     }
     VCPUS.store(allowed_vcpus(), Relaxed);
 }

@@ -109,12 +109,12 @@ pub fn yield_now() {
     }
 }
 
-fn set_errno(e: i32) {
+pub(crate) fn set_errno(e: i32) {
     // SAFETY: glibc's thread-local errno location is always valid.
     unsafe { *libc::__errno_location() = e };
 }
 
-fn errno() -> i32 {
+pub(crate) fn errno() -> i32 {
     // SAFETY: glibc's thread-local errno location is always valid.
     unsafe { *libc::__errno_location() }
 }

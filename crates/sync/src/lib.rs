@@ -15,12 +15,15 @@ pub mod admission;
 pub mod backoff;
 pub mod barrier;
 pub mod cancel;
+#[cfg(not(loom))]
+pub mod channel;
 pub mod clock;
 pub mod cond;
 pub mod config;
 pub mod futex;
 pub mod load;
 pub mod lockword;
+pub mod marks;
 pub mod mutex;
 pub mod rwlock;
 pub mod sem;

@@ -35,6 +35,7 @@ extern "C" fn start() {
 extern "C" fn child_after_fork() {
     crate::tid::forget();
     crate::load::after_fork();
+    crate::channel::after_fork();
 }
 
 /// VSCHED_SYNC_STATS: a table on stderr ("json": JSON on stderr).

@@ -67,7 +67,7 @@ impl RawSem {
         }
         let cancel = Cancel::new(pass_on_a_post, self as *const RawSem as *mut c_void);
         cancel.test();
-        let mut backoff = Backoff::new(deadline);
+        let mut backoff = Backoff::on(deadline, &self.value, self.shared());
         loop {
             if self.try_wait() {
                 backoff.done();

@@ -31,6 +31,10 @@ counters! {
     admission_checks: "spinlock acquisitions whose remaining time slice was predicted",
     holds_preempted: "spinlock holds during which the holder was switched out",
     holds_measured: "spinlock holds checked for a switch-out",
+    marks: "waits marked in the scheduler's channel (virtual blocking: the scheduler runs other threads first)",
+    marks_rearmed: "marks set again after a waker cleared them and the wait went on",
+    marks_cleared: "marks of waiters cleared by their wakers",
+    channel_attached: "times the runtime mapped the scheduler's channel",
 }
 
 const N: usize = NAMES.len();

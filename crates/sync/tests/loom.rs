@@ -202,3 +202,51 @@ fn spinlock_hand_off_between_threads() {
         unlocker.join().unwrap();
     });
 }
+
+/// Virtual blocking's marks (marks.rs): a waiter that registers and marks
+/// itself, then saw its word unchanged (and so would yield marked), is
+/// never left marked once the waker has changed the word and cleared
+/// the word's marks; and the count of marked flags matches the flag. Its
+/// control: with marks.rs's two fences removed (and the registration
+/// Relaxed), loom finds the interleaving that leaves the waiter marked
+/// (tried 2026-12-02).
+#[test]
+fn a_waiter_that_yields_marked_is_unmarked_by_its_waker() {
+    use vsched_sync::marks::{Flag, Registry};
+    loom::model(|| {
+        let word = Arc::new(LoomU32::new(0));
+        let registry = Arc::new(Registry::new());
+        // One thread's slot flag and the channel's count.
+        let flag = Arc::new((LoomU32::new(0), LoomU32::new(0)));
+        let key = 0x1000;
+        let waiter = {
+            let (word, registry, flag) = (word.clone(), registry.clone(), flag.clone());
+            thread::spawn(move || {
+                let f = Flag {
+                    flag: &flag.0,
+                    marked: &flag.1,
+                };
+                registry.register(key, 0).expect("room");
+                f.set_then_look();
+                // true: it saw the old value, so it yields marked.
+                word.load(std::sync::atomic::Ordering::SeqCst) == 0
+            })
+        };
+        word.store(1, std::sync::atomic::Ordering::SeqCst);
+        registry.each_on(key, |slot| {
+            assert_eq!(slot, 0);
+            Flag {
+                flag: &flag.0,
+                marked: &flag.1,
+            }
+            .clear();
+        });
+        let yielded_marked = waiter.join().unwrap();
+        let set = flag.0.load(Relaxed);
+        assert!(
+            !(yielded_marked && set != 0),
+            "a marked waiter whose word changed stays marked"
+        );
+        assert_eq!(flag.1.load(Relaxed), set, "the count follows the flag");
+    });
+}

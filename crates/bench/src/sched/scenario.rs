@@ -466,6 +466,15 @@ pub const SCENARIOS: &[Scenario] = &[
         Oracle::Pinned("0"),
         GLEANER_GOAL,
     ),
+    gleaner(
+        "gleaner-cpu",
+        "a CPU-bound thread per vCPU (2 on 2 dedicated vCPUs, about 2 s): every vCPU is \
+         needed, and consolidation, its readings included, must not lose it",
+        &["cpu", "2", "1000000000"],
+        "elapsed_s",
+        Oracle::None,
+        NO_LOSS,
+    ),
     Scenario {
         name: "adaptability",
         what: "vSched Fig. 16 in miniature: a 2-thread barrier kernel's throughput while its \

@@ -1,6 +1,8 @@
 //! `vsched bench sync --guest`: the sync cases in a 2-vCPU sched_ext lab
 //! guest, under the kernel's default scheduler and under `vsched sched`,
-//! each run directly (glibc) and under `vsched exec`. It answers whether
+//! each run directly (glibc) and under `vsched exec` (under `vsched
+//! sched` also `vsched exec --channel`: the runtime marking its waiters
+//! in the scheduler's channel, virtual blocking). It answers whether
 //! vsched's two halves together are at least as fast as its runtime alone
 //! (`together` = runtime with the scheduler / runtime with the default
 //! scheduler, goal at most 1), at 1x and 4x as many threads as vCPUs.
@@ -49,6 +51,23 @@ const KERNEL: &str = "@@kernel";
 pub const SCHEDULERS: [&str; 2] = ["default", "vsched"];
 /// The runtimes compared: glibc directly, and `vsched exec`.
 pub const RUNTIMES: [&str; 2] = ["glibc", "vsched"];
+/// `vsched exec --channel`, run under vsched's scheduler only (under the
+/// default one there is no channel: it would be "vsched" again).
+pub const CHANNEL: &str = "vsched-channel";
+
+/// The runtimes run under `scheduler`, in their order.
+fn runtimes_under(scheduler: &str) -> Vec<&'static str> {
+    let mut r = RUNTIMES.to_vec();
+    if scheduler == "vsched" {
+        r.push(CHANNEL);
+    }
+    r
+}
+
+/// Whether `runtime` preloads vsched's runtime.
+fn is_vsched_runtime(runtime: &str) -> bool {
+    runtime == "vsched" || runtime == CHANNEL
+}
 
 /// Operations per run of `case` at `threads`: sized for about 0.2-1 s per
 /// run in a TCG guest on this class of machine (2026-11-28, QEMU 10), with
@@ -99,6 +118,13 @@ pub struct GuestRow {
     pub default_vsched_ns: Option<f64>,
     pub sched_glibc_ns: Option<f64>,
     pub sched_vsched_ns: Option<f64>,
+    /// `vsched exec --channel` under vsched's scheduler.
+    pub sched_channel_ns: Option<f64>,
+    /// The runtime under vsched's scheduler without the channel over with
+    /// it (above 1: the channel makes it faster): the median over guests
+    /// of each guest's own ratio, the two having run side by side there
+    /// (guests differ by more than the channel does).
+    pub channel_speedup: Option<f64>,
     /// The runtime under vsched's scheduler over the runtime under the
     /// default scheduler (at most 1: together never slower than apart).
     pub together: Option<f64>,
@@ -145,8 +171,9 @@ pub fn run(
         .ok_or_else(|| BenchError::Scenario("the runtime library path names no file".into()))?;
     // Boot, two loads of the scheduler and every run, with room for a
     // slow host (a run is sized for about 1 s; loading takes 2-10 s).
-    // 8 runs per case (2 schedulers x 2 thread counts x 2 runtimes).
-    layout.run_timeout_s = 120.0 + (config.cases.len() * 8) as f64 * 5.0;
+    // 10 runs per case (2 thread counts x 2 runtimes under the default, 3
+    // under vsched's).
+    layout.run_timeout_s = 120.0 + (config.cases.len() * 10) as f64 * 5.0;
     let qemu = vsched_lab::qemu::find(opts.qemu.as_deref(), opts.allow_old_qemu)
         .map_err(BenchError::Lab)?;
     let mut runs = Vec::new();
@@ -211,13 +238,14 @@ pub fn guest_script(cases: &[Case], round: usize, library: &str, sched_flags: &s
             for factor in FACTORS {
                 let threads = GUEST_VCPUS * factor;
                 let ops = ops(case, threads);
-                for j in 0..RUNTIMES.len() {
-                    // glibc first in even rounds, the runtime in odd ones.
-                    let runtime = RUNTIMES[(j + round) % RUNTIMES.len()];
-                    let exec = if runtime == "vsched" {
-                        "vsched exec -- "
-                    } else {
-                        ""
+                let runtimes = runtimes_under(scheduler);
+                for j in 0..runtimes.len() {
+                    // Each runtime first in turn, round by round.
+                    let runtime = runtimes[(j + round) % runtimes.len()];
+                    let exec = match runtime {
+                        "vsched" => "vsched exec -- ",
+                        CHANNEL => "vsched exec --channel -- ",
+                        _ => "",
                     };
                     out.push_str(&format!(
                         "echo \"{RUN} {round} {scheduler} {runtime} {} {threads} {ops} \
@@ -281,7 +309,7 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
         } else {
             "disabled"
         };
-        let wrong = if loaded != (runtime == "vsched") {
+        let wrong = if loaded != is_vsched_runtime(runtime) {
             Some(format!(
                 "the runtime was {}loaded",
                 if loaded { "" } else { "not " }
@@ -309,13 +337,10 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
         for factor in FACTORS {
             let threads = GUEST_VCPUS * factor;
             for scheduler in SCHEDULERS {
-                for runtime in RUNTIMES {
-                    let found = runs.iter().any(|r| {
-                        r.case == case.name()
-                            && r.threads == threads
-                            && r.scheduler == scheduler
-                            && r.runtime == runtime
-                    });
+                for runtime in runtimes_under(scheduler) {
+                    let found = runs
+                        .iter()
+                        .any(|r| in_cell(r, case, threads, scheduler, runtime));
                     if !found {
                         missing.push(format!(
                             "round {round}: {} at {threads} threads, {scheduler} scheduler, \
@@ -331,16 +356,19 @@ pub fn parse(output: &str, round: usize, cases: &[Case]) -> (Vec<GuestRun>, Vec<
 }
 
 /// Medians of each cell, and the ratios between them.
+/// Whether `r` is a run of `case` at `threads` under `scheduler` and `runtime`.
+fn in_cell(r: &GuestRun, case: Case, threads: usize, scheduler: &str, runtime: &str) -> bool {
+    r.case == case.name()
+        && r.threads == threads
+        && r.scheduler == scheduler
+        && r.runtime == runtime
+}
+
 pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
     let cell = |case: Case, threads: usize, scheduler: &str, runtime: &str| {
         let mut v: Vec<f64> = runs
             .iter()
-            .filter(|r| {
-                r.case == case.name()
-                    && r.threads == threads
-                    && r.scheduler == scheduler
-                    && r.runtime == runtime
-            })
+            .filter(|r| in_cell(r, case, threads, scheduler, runtime))
             .map(|r| r.sample.ns_per_op)
             .collect();
         (!v.is_empty()).then(|| median(&mut v))
@@ -354,6 +382,22 @@ pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
         Case::Barrier => ns.map(|n| n / threads as f64),
         _ => ns,
     };
+    // The median of each round's own ratio of two cells.
+    let paired = |case: Case, threads: usize, a: (&str, &str), b: (&str, &str)| {
+        let ns = |round: usize, (scheduler, runtime): (&str, &str)| {
+            runs.iter()
+                .find(|r| r.round == round && in_cell(r, case, threads, scheduler, runtime))
+                .map(|r| r.sample.ns_per_op)
+        };
+        let mut rounds: Vec<usize> = runs.iter().map(|r| r.round).collect();
+        rounds.sort_unstable();
+        rounds.dedup();
+        let mut v: Vec<f64> = rounds
+            .into_iter()
+            .filter_map(|round| ratio(ns(round, a), ns(round, b)))
+            .collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
     let mut out = Vec::new();
     for &case in cases {
         let together_1x = per_unit(
@@ -365,6 +409,7 @@ pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
             let threads = GUEST_VCPUS * factor;
             let default_vsched_ns = cell(case, threads, "default", "vsched");
             let sched_vsched_ns = cell(case, threads, "vsched", "vsched");
+            let sched_channel_ns = cell(case, threads, "vsched", CHANNEL);
             out.push(GuestRow {
                 case,
                 oversubscription: factor,
@@ -373,6 +418,8 @@ pub fn rows(runs: &[GuestRun], cases: &[Case]) -> Vec<GuestRow> {
                 default_vsched_ns,
                 sched_glibc_ns: cell(case, threads, "vsched", "glibc"),
                 sched_vsched_ns,
+                sched_channel_ns,
+                channel_speedup: paired(case, threads, ("vsched", "vsched"), ("vsched", CHANNEL)),
                 together: ratio(sched_vsched_ns, default_vsched_ns),
                 together_vs_1x: ratio(per_unit(case, sched_vsched_ns, threads), together_1x),
             });
@@ -408,6 +455,19 @@ pub fn goals(rows: &[GuestRow]) -> Vec<super::Goal> {
         }
     }
     for r in rows {
+        if let Some(s) = r.channel_speedup {
+            out.push(super::Goal {
+                goal: format!(
+                    "{} at {}x: no slower with the channel than without",
+                    r.case.name(),
+                    r.oversubscription
+                ),
+                value: s,
+                met: s >= 1.0 / TOGETHER_AT_MOST,
+            });
+        }
+    }
+    for r in rows {
         let named = matches!(
             r.case,
             Case::Barrier | Case::CondBroadcast | Case::CondSignal
@@ -438,8 +498,10 @@ mod tests {
         assert!(first < second, "round 0: the default scheduler first");
         let s1 = guest_script(&[Case::Mutex], 1, "libvsched_sync.so", "--no-bvs");
         assert!(s1.find("@@sync 1 vsched").unwrap() < s1.find("@@sync 1 default").unwrap());
-        // 2 schedulers x 2 factors x 2 runtimes.
-        assert_eq!(s.matches("echo \"@@sync").count(), 8);
+        // 2 factors x (2 runtimes under the default + 3 under vsched's).
+        assert_eq!(s.matches("echo \"@@sync").count(), 10);
+        assert!(s.contains("vsched exec --channel -- syncbench mutex 8 100000"));
+        assert_eq!(s.matches("@@sync 0 default vsched-channel").count(), 0);
         assert!(s.contains("$(cat /sys/kernel/sched_ext/state)"));
         assert!(s.contains("vsched exec -- syncbench mutex 8 100000"));
         assert!(s.contains("vsched sched -q  --ready-file"));
@@ -471,8 +533,14 @@ mod tests {
         assert_eq!(runs[1].scheduler, "vsched");
         assert_eq!(runs[1].sample.ns_per_op, 150.0);
         assert_eq!(runs[0].sample.migrations, 3);
-        // 8 cells, 2 measured.
-        assert_eq!(missing.len(), 6, "{missing:?}");
+        // 10 cells (the channel runtime under vsched's only), 2 measured.
+        assert_eq!(missing.len(), 8, "{missing:?}");
+        assert!(missing
+            .iter()
+            .any(|m| m.contains("vsched scheduler, vsched-channel")));
+        assert!(!missing
+            .iter()
+            .any(|m| m.contains("default scheduler, vsched-channel")));
         assert!(missing
             .iter()
             .any(|m| m.contains("mutex at 2 threads, vsched scheduler, glibc")));
@@ -507,13 +575,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_barrier_round_counts_one_unit_per_thread_against_1x() {
-        let run = |threads, ns| GuestRun {
-            round: 0,
+    /// A run under vsched's scheduler taking `ns` per operation.
+    fn sched_run(round: usize, runtime: &str, case: &str, threads: usize, ns: f64) -> GuestRun {
+        GuestRun {
+            round,
             scheduler: "vsched".into(),
-            runtime: "vsched".into(),
-            case: "barrier".into(),
+            runtime: runtime.into(),
+            case: case.into(),
             threads,
             sample: Sample {
                 ops: 1,
@@ -524,9 +592,34 @@ mod tests {
                 migrations: 0,
                 loaded: 1,
             },
-        };
+        }
+    }
+
+    #[test]
+    fn a_barrier_round_counts_one_unit_per_thread_against_1x() {
+        let run = |threads, ns| sched_run(0, "vsched", "barrier", threads, ns);
         let rows = rows(&[run(2, 1000.0), run(8, 8000.0)], &[Case::Barrier]);
         // 8000 / 8 threads against 1000 / 2 threads.
         assert_eq!(rows[1].together_vs_1x, Some(2.0));
+    }
+
+    /// Guests differ by more than the channel does: its speed-up is each
+    /// guest's own ratio, not a ratio of medians taken across guests.
+    #[test]
+    fn the_channels_speedup_is_the_median_of_each_guests_own_ratio() {
+        let run = |round, runtime, ns| sched_run(round, runtime, "mutex", 8, ns);
+        // A slow guest (round 1) and two fast ones; in each, the channel
+        // takes 0.8 of the time without it.
+        let runs = [
+            run(0, "vsched", 100.0),
+            run(0, CHANNEL, 80.0),
+            run(1, "vsched", 1000.0),
+            run(1, CHANNEL, 800.0),
+            run(2, "vsched", 110.0),
+            run(2, CHANNEL, 88.0),
+        ];
+        let rows = rows(&runs, &[Case::Mutex]);
+        let s = rows[1].channel_speedup.unwrap();
+        assert!((s - 1.25).abs() < 1e-9, "{s}");
     }
 }

@@ -17,9 +17,14 @@ pub fn layout(path: &str) -> String {
 /// A copy of lab/`name`.toml that also carries the benchmark's workload
 /// program (crates/bench/c/schedbench.c, compiled here) into the guest.
 pub fn layout_with_schedbench(name: &str) -> String {
+    layout_with(name, &[bench_program("schedbench")])
+}
+
+/// crates/bench/c/`program`.c, compiled here; its path.
+pub fn bench_program(program: &str) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let exe = dir.join("schedbench");
-    let source = format!("{}/../bench/c/schedbench.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join(program);
+    let source = format!("{}/../bench/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = std::process::Command::new(&cc)
         .args(["-O2", "-pthread", "-Wall", "-o"])
@@ -27,11 +32,30 @@ pub fn layout_with_schedbench(name: &str) -> String {
         .arg(&source)
         .status()
         .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(built.success(), "schedbench.c did not compile");
+    assert!(built.success(), "{program}.c did not compile");
+    exe
+}
+
+/// A copy of lab/`name`.toml that also carries `files` into the guest
+/// (its /bin).
+pub fn layout_with(name: &str, files: &[std::path::PathBuf]) -> String {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let list: Vec<String> = files
+        .iter()
+        .map(|f| format!("\"{}\"", f.display()))
+        .collect();
     // A top-level key, so it goes before the layout's [[vcpu]] tables.
     let text = std::fs::read_to_string(layout(name)).unwrap();
-    let with = format!("extra_binaries = [\"{}\"]\n{text}", exe.display());
-    let path = dir.join(format!("{}.toml", name.replace('/', "-")));
+    let with = format!("extra_binaries = [{}]\n{text}", list.join(", "));
+    let stem: Vec<String> = files
+        .iter()
+        .filter_map(|f| Some(f.file_stem()?.to_string_lossy().into_owned()))
+        .collect();
+    let path = dir.join(format!(
+        "{}-{}.toml",
+        name.replace('/', "-"),
+        stem.join("-")
+    ));
     std::fs::write(&path, with).unwrap();
     path.display().to_string()
 }

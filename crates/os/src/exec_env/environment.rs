@@ -2,7 +2,7 @@
 //! `vsched exec` sets before it replaces itself with the program, and what
 //! `vsched exec --print-env` prints.
 
-use super::{EnvVar, ADMISSION, LD_PRELOAD, ON, SPIN_NS, STATS, STATS_JSON, YIELD_NS};
+use super::{EnvVar, ADMISSION, CHANNEL, LD_PRELOAD, ON, SPIN_NS, STATS, STATS_JSON, YIELD_NS};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -16,6 +16,8 @@ pub struct RuntimeSettings {
     /// Statistics JSON to this (absolute) path at exit.
     pub stats_json: Option<PathBuf>,
     pub admission: bool,
+    /// Mark waiters in a running vsched scheduler's channel.
+    pub channel: bool,
 }
 
 impl RuntimeSettings {
@@ -41,6 +43,9 @@ impl RuntimeSettings {
         }
         if self.admission {
             env.push((ADMISSION, ON.into()));
+        }
+        if self.channel {
+            env.push((CHANNEL, ON.into()));
         }
         env
     }
@@ -68,6 +73,7 @@ mod tests {
             stats: false,
             stats_json: None,
             admission: false,
+            channel: false,
         }
     }
 
@@ -93,6 +99,7 @@ mod tests {
             stats: true,
             stats_json: Some("/tmp/s-%p.json".into()),
             admission: true,
+            channel: true,
             ..settings()
         };
         let env = s.environment(Path::new("/l.so"), None);
@@ -101,12 +108,14 @@ mod tests {
             [
                 "VSCHED_SYNC_STATS",
                 "VSCHED_SYNC_STATS_JSON",
-                "VSCHED_SYNC_ADMISSION"
+                "VSCHED_SYNC_ADMISSION",
+                "VSCHED_SYNC_CHANNEL"
             ]
         );
         assert_eq!(env[3].1, "1");
         assert_eq!(env[4].1, "/tmp/s-%p.json");
         assert_eq!(env[5].1, "1");
+        assert_eq!(env[6].1, "1");
     }
 
     #[test]

@@ -167,6 +167,76 @@ enum vs_trial_step {
 };
 
 /*
+ * The channel between vsched's runtime (`vsched exec`) and the scheduler:
+ * one memory-mapped array map (BPF_F_MMAPABLE, one entry: struct
+ * vs_channel), pinned by the loader at /sys/fs/bpf/vsched/channel
+ * (crates/sched/src/channel.rs) and mapped by the runtime
+ * (crates/sync/src/channel.rs). No system call on either side after the
+ * mapping: plain loads and stores. The Rust mirror of these structs
+ * (crates/os/src/channel.rs) is checked against the bindings of this
+ * file (crates/sched/src/channel.rs, its test).
+ *
+ * Layout version 1. A change of any field's meaning or offset raises
+ * VS_CHANNEL_VERSION; the runtime uses only the version it knows.
+ */
+enum vs_channel_consts {
+	/* "vsch": a mapping that does not start with it is not a channel. */
+	VS_CHANNEL_MAGIC = 0x68637376,
+	VS_CHANNEL_VERSION = 1,
+	/*
+	 * Slots: a thread uses slot tid % VS_CHANNEL_SLOTS, if no live
+	 * thread holds it. 4096 slots of 64 bytes: 256 KiB, one cache line
+	 * per thread (no false sharing between neighbours' stores), and
+	 * collisions rare for the few hundred threads a VM's programs run
+	 * (a colliding thread goes without the channel, as without the
+	 * scheduler). A power of two: the index is a mask, which the
+	 * verifier bounds.
+	 */
+	VS_CHANNEL_SLOTS = 4096,
+};
+
+/* The first 64 bytes: what the scheduler says about the channel. */
+struct vs_channel_header {
+	/* VS_CHANNEL_MAGIC and VS_CHANNEL_VERSION, written by the scheduler
+	 * when it is enabled. */
+	u32 magic;
+	u32 version;
+	/* VS_CHANNEL_SLOTS. */
+	u32 slots;
+	/* Non-zero while the scheduler that reads this channel runs: it is
+	 * cleared when sched_ext disables it, so that a runtime holding an
+	 * old mapping stops marking. */
+	u32 live;
+	/* Slots marked `waiting` now, kept by whoever sets or clears a mark
+	 * (an exchange tells which store changed it): dispatch looks for
+	 * marked tasks only while it is not 0. */
+	u32 marked;
+	u32 reserved[11];
+};
+
+/* One thread's state, written by the thread itself (except where said). */
+struct vs_channel_slot {
+	/* The owner's thread id in the initial pid namespace (0: free).
+	 * Claimed by the thread with a compare-and-swap; freed by it, or by
+	 * the scheduler when the thread exits. The scheduler reads the rest
+	 * of the slot only for the task whose pid this is. */
+	u32 tid;
+	/* Virtual blocking: non-zero while the thread waits for another
+	 * thread of its program and would rather not run. Set by the
+	 * waiter, cleared by its waker (or by the waiter when its wait
+	 * ends). A hint: the scheduler runs a marked task when nothing
+	 * unmarked waits on its vCPU, and never leaves it unrun for more
+	 * than VS_MARK_SKIP_NS (policy.h). */
+	u32 waiting;
+	u32 reserved[14];
+};
+
+struct vs_channel {
+	struct vs_channel_header header;
+	struct vs_channel_slot slots[VS_CHANNEL_SLOTS];
+};
+
+/*
  * Counters the BPF side keeps per CPU (the loader sums them): enum
  * vs_stat, VS_STAT_<NAME> for each row of src/stats_table.rs and
  * VS_NR_STATS, written by build.rs into the build's output directory.

@@ -29,6 +29,7 @@
  * holds the sched_ext callbacks; each mechanism's state and helpers are
  * in its own part: state.bpf.h (tunables, maps, vCPU queries), idle.bpf.h
  * (SCHED_IDLE work), capacity.bpf.h (capacity and RWC placement),
+ * channel.bpf.h (what vsched's runtime tells it: virtual blocking),
  * queue.bpf.h (the normal tasks' queues), consolidate.bpf.h (Gleaner's
  * consolidation and local wake-ups), bvs.bpf.h, ivh.bpf.h and
  * heartbeat.bpf.h.
@@ -72,6 +73,7 @@ char _license[] SEC("license") = "GPL";
 #include "state.bpf.h"
 #include "idle.bpf.h"
 #include "capacity.bpf.h"
+#include "channel.bpf.h"
 #include "queue.bpf.h"
 #include "consolidate.bpf.h"
 #include "bvs.bpf.h"
@@ -294,6 +296,7 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	tc = ctx_of(p);
 	if (!tc)
 		return;
+	tc->stopped_ns = bpf_ktime_get_ns();
 	bvs_stopping(tc, l, used, runnable);
 	if (!runnable)
 		consolidate_sleeping(tc);
@@ -393,6 +396,12 @@ void BPF_STRUCT_OPS(vsched_enable, struct task_struct *p)
 	scx_bpf_task_set_dsq_vtime(p, vtime_now);
 }
 
+void BPF_STRUCT_OPS(vsched_exit_task, struct task_struct *p,
+		    struct scx_exit_task_args *args)
+{
+	channel_forget(p);
+}
+
 s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 {
 	s32 err;
@@ -432,11 +441,13 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 		if (err)
 			return err;
 	}
+	channel_open();
 	return consolidate_init();
 }
 
 void BPF_STRUCT_OPS(vsched_exit, struct scx_exit_info *ei)
 {
+	channel_close();
 	UEI_RECORD(uei, ei);
 }
 
@@ -450,6 +461,7 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .tick		= (void *)vsched_tick,
 	       .update_idle	= (void *)vsched_update_idle,
 	       .enable		= (void *)vsched_enable,
+	       .exit_task	= (void *)vsched_exit_task,
 	       .init		= (void *)vsched_init,
 	       .exit		= (void *)vsched_exit,
 	       /*

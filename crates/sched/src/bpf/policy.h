@@ -589,11 +589,11 @@ static inline void vs_trials_upset(struct vs_trials *t)
 
 /*
  * The set was widened at once for threads that run long and had to wait
- * (`vsched run --consolidate`): the narrowing that made them wait was
- * wrong, so as after a failed trial the wait before the next doubles.
- * Upset alone let CPU-bound threads on two vCPUs (read 80-90% busy under
- * the emulator, so "idling") be narrowed and widened again every 0.4 s
- * in the lab. (The scheduler's timer still calls vs_trials_upset.)
+ * (either form: consolidate.bpf.h, crates/consolidate): the narrowing
+ * that made them wait was wrong, so as after a failed trial the wait
+ * before the next doubles. Upset alone let CPU-bound threads on two
+ * vCPUs (read 80-90% busy under the emulator, so "idling") be narrowed
+ * and widened again every 0.4 s in the lab.
  */
 static inline void vs_trials_overruled(struct vs_trials *t, u64 now,
 				       u64 period_ns)
@@ -647,6 +647,33 @@ static inline int vs_unpark_rather(u32 score_a, int short_a, u32 score_b,
 	if (vs_episodes_decide(score_a, short_a, score_b, short_b, by_episodes))
 		return !!short_a;
 	return score_a > score_b;
+}
+
+/*
+ * Virtual blocking through the channel (channel.bpf.h): how long dispatch
+ * may pass over a task that marked itself waiting, counted from when it
+ * last stopped running. The bound makes a mark a hint: a mark left set
+ * for ever (a bug, or a lie) costs its task priority, never its turn, so
+ * it cannot starve and sched_ext's 30 s watchdog never sees it. 20 ms is
+ * several slices (3 ms), and hundreds of hand-offs of a program that
+ * waits for its own threads (a barrier round of the lab's sync benchmark
+ * takes about 50 us under TCG).
+ */
+#define VS_MARK_SKIP_NS 20000000ULL
+/*
+ * Tasks dispatch looks at in a vCPU's queue for one that is not marked:
+ * bounds a dispatch's work (each look is a step of a DSQ iterator) and
+ * covers the 4x oversubscription the runtime is measured at (8 threads on
+ * 2 vCPUs: four to a queue). Past it, the queue's head runs, marked or
+ * not.
+ */
+#define VS_MARK_SCAN 8u
+
+/* Whether dispatch passes over a task whose channel slot says it is
+ * `marked` waiting and that last stopped running at `stopped_ns`. */
+static inline int vs_passes_over_marked(int marked, u64 stopped_ns, u64 now_ns)
+{
+	return marked && now_ns - stopped_ns < VS_MARK_SKIP_NS;
 }
 
 #endif /* VSCHED_POLICY_H */

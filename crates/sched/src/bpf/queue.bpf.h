@@ -117,7 +117,8 @@ static bool dispatch_normal(s32 cpu)
 		count(VS_STAT_STOLEN);
 		return true;
 	}
-	if (scx_bpf_dsq_move_to_local(normal_dsq(cpu), 0))
+	if (dispatch_unmarked(normal_dsq(cpu), cpu) ||
+	    scx_bpf_dsq_move_to_local(normal_dsq(cpu), 0))
 		return true;
 	if (!per_vcpu_queues)
 		return false;
@@ -180,13 +181,15 @@ static bool keeps_its_vcpu(struct task_struct *p)
  * nothing waits in this vCPU's own queue either: tasks there are
  * invisible to idle vCPUs, and keeping each in turn at its slice end held
  * three CPU-bound threads on one vCPU for seconds while three vCPUs idled
- * (seen in the IVH layout: 4.0 s against 1.4 s).
+ * (seen in the IVH layout: 4.0 s against 1.4 s). A task that marked
+ * itself waiting (channel.bpf.h) yields its vCPU to any waiting task.
  */
 static __always_inline bool keep_running(struct task_struct *p, s32 cur,
 					 u64 enq_flags)
 {
 	if (!visible(cur) || scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cur) ||
-	    !keeps_its_vcpu(p) || idle_starving_on(cur))
+	    !keeps_its_vcpu(p) || idle_starving_on(cur) ||
+	    (marked_waiting(p) && normal_waiting_for(cur)))
 		return false;
 	count(VS_STAT_KEPT_RUNNING);
 	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);

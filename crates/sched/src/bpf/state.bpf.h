@@ -98,6 +98,9 @@ struct task_ctx {
 	/* Slice ends at which it was queued again, others waiting, since it
 	 * last slept: consolidation widens for CPU-bound work (two). */
 	u32 slice_end_waits;
+	/* When it last stopped running (the channel's bound on passing
+	 * over a marked task: policy.h vs_passes_over_marked). */
+	u64 stopped_ns;
 };
 
 struct {

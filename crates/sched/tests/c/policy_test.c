@@ -353,6 +353,13 @@ int main(void)
 
 	trial_course();
 
+	/* Virtual blocking: a marked task is passed over, but only for
+	 * VS_MARK_SKIP_NS after it last ran; an unmarked one never. */
+	CHECK(vs_passes_over_marked(1, 100 * MS, 100 * MS + 1));
+	CHECK(vs_passes_over_marked(1, 100 * MS, 100 * MS + VS_MARK_SKIP_NS - 1));
+	CHECK(!vs_passes_over_marked(1, 100 * MS, 100 * MS + VS_MARK_SKIP_NS));
+	CHECK(!vs_passes_over_marked(0, 100 * MS, 100 * MS + 1));
+
 	/* Which vCPU the set gives up: the weaker by capacity... */
 	CHECK(vs_park_rather(500, 1, 1024, 0, 1));
 	CHECK(!vs_park_rather(1024, 0, 500, 1, 1));

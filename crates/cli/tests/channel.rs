@@ -1,0 +1,131 @@
+//! The channel between vsched's runtime (`vsched exec`) and its scheduler
+//! (`vsched sched`), in a 2-vCPU sched_ext lab guest: virtual blocking
+//! acts (waiters marked by the runtime, cleared by their wakers, passed
+//! over by the scheduler) only when both halves use the channel, and a
+//! program under the runtime finds the scheduler loaded after it started
+//! and finishes when the scheduler is unloaded under it. Needs what
+//! tests/lab.rs needs; scripts/test.sh runs it on every kernel of the
+//! sched_ext matrix.
+
+mod common;
+
+use common::lab::{bench_program, layout_with, run_in_guest};
+use common::{summary_after, sync_library};
+use serde_json::Value;
+
+fn sched_counter(summary: &Value, name: &str) -> u64 {
+    summary["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no scheduler counter {name}: {summary:#}"))
+}
+
+fn runtime_counter(stats: &Value, name: &str) -> u64 {
+    stats["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no runtime counter {name}: {stats:#}"))
+}
+
+/// A condvar-broadcast token ring at 4x (8 threads on 2 vCPUs: each waiter
+/// yields while the token goes round) under `vsched exec` and `vsched
+/// sched`, with their statistics after markers `@NAME-sched` and
+/// `@NAME-rt`.
+fn ring(name: &str, sched_flags: &str, exec_flags: &str) -> String {
+    format!(
+        "vsched sched -q --no-probe {sched_flags} --stats-json /tmp/{name}-s.json -- \
+         vsched exec {exec_flags} --stats-json /tmp/{name}-r.json -- syncbench cond-broadcast 8 4000 \
+         > /dev/null; echo \"@{name}-status $?\"; \
+         echo @{name}-sched; cat /tmp/{name}-s.json; echo; echo @{name}-rt; cat /tmp/{name}-r.json; echo"
+    )
+}
+
+/// With both halves on, the runtime marks its yielding waiters and its
+/// wakers clear the marks, and the scheduler runs other tasks of a queue
+/// before marked ones. Controls, each of which must show none of it: the
+/// runtime without `--channel` (its default: no marks, and the scheduler
+/// passes over nothing), and the scheduler with `--no-channel` (no channel
+/// is pinned: the runtime finds none and marks nothing). Then the channel's
+/// lifecycle: a program started before the scheduler maps the channel
+/// once it is loaded, and goes on to its end when the scheduler is
+/// unloaded under it; the pin is gone after the scheduler exits.
+#[test]
+fn waiters_marked_by_the_runtime_are_passed_over_by_the_scheduler_only_with_both_halves() {
+    let _guard = common::serial();
+    let guest = layout_with(
+        "sched/two-free",
+        &[bench_program("syncbench"), sync_library()],
+    );
+    let lib = "export VSCHED_SYNC_LIB=/bin/libvsched_sync.so; ";
+    let both = format!("{lib}{}", ring("both", "", "--channel"));
+    let runtime_off = format!("{lib}{}", ring("rtoff", "", ""));
+    let sched_off = format!("{lib}{}", ring("schedoff", "--no-channel", "--channel"));
+    // 25 s or more of ring (at least 25 us an operation under TCG), the
+    // scheduler loaded 1 s in (its load takes 2-16 s) and unloaded 1 s
+    // after it is.
+    let lifecycle = format!(
+        "{lib}vsched exec --channel --stats-json /tmp/mid-r.json -- syncbench cond-broadcast 8 1000000 > /dev/null & P=$!; \
+         sleep 1; vsched sched -q --no-probe & S=$!; \
+         {}; sleep 1; ls /sys/fs/bpf/vsched/channel && echo @pinned; \
+         kill -0 $P && echo @running-at-unload; kill $S; wait $S; {}; wait $P; echo \"@mid-status $?\"; \
+         ls /sys/fs/bpf/vsched 2>/dev/null || echo @unpinned; \
+         echo @mid-rt; cat /tmp/mid-r.json; echo",
+        common::lab::wait_state("enabled"),
+        common::lab::wait_state("disabled"),
+    );
+    let out = run_in_guest(&guest, &[&both, &runtime_off, &sched_off, &lifecycle]);
+
+    let text = &out[0].1;
+    assert!(text.contains("@both-status 0"), "{text}");
+    let (sched, rt) = (
+        summary_after(text, "@both-sched"),
+        summary_after(text, "@both-rt"),
+    );
+    assert!(
+        runtime_counter(&rt, "marks") > 0 && runtime_counter(&rt, "marks_cleared") > 0,
+        "the runtime marked its waiters and its wakers cleared the marks: {rt:#}"
+    );
+    assert!(
+        sched_counter(&sched, "marked_dispatches") > 0
+            && sched_counter(&sched, "marked_passed_over")
+                >= sched_counter(&sched, "marked_dispatches"),
+        "the scheduler ran unmarked tasks before marked ones: {sched:#}"
+    );
+
+    let text = &out[1].1;
+    assert!(text.contains("@rtoff-status 0"), "{text}");
+    let (sched, rt) = (
+        summary_after(text, "@rtoff-sched"),
+        summary_after(text, "@rtoff-rt"),
+    );
+    assert_eq!(runtime_counter(&rt, "marks"), 0, "{rt:#}");
+    assert_eq!(sched_counter(&sched, "marked_dispatches"), 0, "{sched:#}");
+    assert!(
+        runtime_counter(&rt, "yields") > 0,
+        "its waiters still yielded: {rt:#}"
+    );
+
+    let text = &out[2].1;
+    assert!(text.contains("@schedoff-status 0"), "{text}");
+    let (sched, rt) = (
+        summary_after(text, "@schedoff-sched"),
+        summary_after(text, "@schedoff-rt"),
+    );
+    assert_eq!(runtime_counter(&rt, "channel_attached"), 0, "{rt:#}");
+    assert_eq!(runtime_counter(&rt, "marks"), 0, "{rt:#}");
+    assert_eq!(sched_counter(&sched, "marked_dispatches"), 0, "{sched:#}");
+
+    let text = &out[3].1;
+    assert!(
+        text.contains("@pinned"),
+        "the loaded scheduler pinned its channel: {text}"
+    );
+    assert!(text.contains("@unpinned"), "and removed it at exit: {text}");
+    assert!(
+        text.contains("@running-at-unload") && text.contains("@mid-status 0"),
+        "the program ran on past the unload to its end: {text}"
+    );
+    let rt = summary_after(text, "@mid-rt");
+    assert!(
+        runtime_counter(&rt, "channel_attached") >= 1 && runtime_counter(&rt, "marks") > 0,
+        "a program started before the scheduler used its channel: {rt:#}"
+    );
+}

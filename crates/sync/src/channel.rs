@@ -1,0 +1,301 @@
+//! The runtime's half of the channel to vsched's scheduler (layout:
+//! crates/sched/src/bpf/intf.h, mirrored in vsched_os::channel): virtual
+//! blocking. A waiter that yields marks its thread's slot `waiting`; the
+//! scheduler then runs the other threads of its vCPU first. Whoever
+//! changes the word the waiter watches clears the marks of the waiters
+//! registered on that word (`clear_marks`, from `backoff::wake`), so the
+//! woken thread is the next to run.
+//!
+//! The protocol against a lost clear is marks.rs's (model-checked by
+//! tests/loom.rs): the waiter registers and marks, then looks at its word
+//! once more before it yields; the waker changes the word, then looks at
+//! the registry. A clear that comes anyway, after the waiter
+//! saw the old value, is noticed by the waiter at its next pause, which
+//! marks again and looks at the word before yielding (`Mark::rearm`). A
+//! mark left set is only a hint: the scheduler passes over a marked task
+//! for at most 20 ms since it last ran (policy.h VS_MARK_SKIP_NS).
+//!
+//! Found without configuration: the pin vsched_os::channel::PIN, mapped
+//! at the first marked wait (one bpf(2) and one mmap(2)); tried again at
+//! most every ATTACH_RETRY_NS while absent, so a program started before
+//! the scheduler uses it once it runs. A mapping whose scheduler stopped
+//! (its header's `live` cleared) is left mapped (threads may still hold
+//! its slots) and a new one is looked for.
+
+use crate::clock::mono_ns;
+use crate::futex::{errno, set_errno};
+use crate::marks::{Flag, Registry};
+use crate::stats::{bump, Counter};
+use core::cell::Cell;
+use core::sync::atomic::{
+    AtomicPtr, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
+use vsched_os::channel::{self as layout, Channel};
+
+/// Shortest time between two attempts to find the channel: a failed
+/// attempt is one bpf(2) call (a few microseconds), made from a wait that
+/// is yielding anyway; once a second costs nothing measurable and finds a
+/// scheduler loaded after the program started within a second.
+const ATTACH_RETRY_NS: u64 = 1_000_000_000;
+
+/// The mapped channel (null: none yet).
+static CHANNEL: AtomicPtr<Channel> = AtomicPtr::new(core::ptr::null_mut());
+/// When the last attempt to map it was made (ns, monotonic; 0: never).
+static LAST_ATTEMPT_NS: AtomicU64 = AtomicU64::new(0);
+/// The process's marked waiters, by the word they wait on.
+static REGISTRY: Registry = Registry::new();
+
+#[cfg(not(loom))]
+thread_local! {
+    /// This thread's claim: (tid, mapping, slot + 1), so that a forked
+    /// child (a new tid) or a new mapping claims anew.
+    static CLAIM: Cell<(i32, usize, usize)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// A waiter's mark, registered under the word it waits on; `release`
+/// (the wait ended, or goes on to sleep) clears and unregisters it. No
+/// Drop: a cancelled wait unwinds through frames that hold one, and a
+/// forced unwind through a frame with a destructor is undefined. A wait
+/// cancelled while marked leaves its entry registered (one of 64) and its
+/// flag set until the scheduler sees the thread exit.
+pub struct Mark {
+    flag: Flag<'static>,
+    entry: usize,
+}
+
+impl Mark {
+    /// Whether the mark is still set (a waker has not cleared it).
+    pub fn is_set(&self) -> bool {
+        self.flag.is_set()
+    }
+
+    /// Sets it again; the caller looks at its word before yielding.
+    pub fn rearm(&self) {
+        bump(Counter::marks_rearmed);
+        self.flag.set_then_look();
+    }
+}
+
+impl Mark {
+    pub fn release(self) {
+        self.flag.clear();
+        REGISTRY.unregister(self.entry);
+    }
+}
+
+/// A forked child: the parent's other threads' entries are not its own
+/// (their waits go on in the parent), and their slots are the parent's.
+pub fn after_fork() {
+    REGISTRY.forget_all();
+}
+
+/// Marks the calling thread waiting on `word` (its address), if a vsched
+/// scheduler with a channel runs, this thread holds a slot and the
+/// registry has room. The caller must look at its word again before it
+/// yields (the module's protocol).
+pub fn mark(word: usize) -> Option<Mark> {
+    if !crate::config::CHANNEL.load(Relaxed) {
+        return None;
+    }
+    let ch = live_channel()?;
+    let index = claimed_slot(ch)?;
+    let entry = REGISTRY.register(word, index)?;
+    let flag = flag_of(ch, index);
+    flag.set_then_look();
+    bump(Counter::marks);
+    Some(Mark { flag, entry })
+}
+
+/// Clears the marks of the waiters registered on `word`. Call after
+/// changing `word`.
+pub fn clear_marks(word: usize) {
+    // Without --channel no waiter marks: a release pays one relaxed load,
+    // not the registry's fence.
+    if !crate::config::CHANNEL.load(Relaxed) {
+        return;
+    }
+    REGISTRY.each_on(word, |index| {
+        if let Some(ch) = mapped() {
+            flag_of(ch, index % layout::SLOTS).clear();
+            bump(Counter::marks_cleared);
+        }
+    });
+}
+
+/// Slot `index`'s `waiting` flag and the header's count, as atomics: the
+/// scheduler reads them (READ_ONCE) and updates them (exchanges).
+fn flag_of(ch: &'static Channel, index: usize) -> Flag<'static> {
+    Flag {
+        flag: as_atomic(&ch.slots[index].waiting),
+        marked: as_atomic(&ch.header.marked),
+    }
+}
+
+/// The mapped channel, whether live or not.
+fn mapped() -> Option<&'static Channel> {
+    let p = CHANNEL.load(Relaxed);
+    // SAFETY: a non-null CHANNEL points to a mapping of layout::SIZE bytes
+    // that is never unmapped (see the module comment), aligned to a page.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// The channel, if its scheduler runs; maps it when due.
+fn live_channel() -> Option<&'static Channel> {
+    if let Some(ch) = mapped() {
+        if as_atomic(&ch.header.live).load(Relaxed) != 0 {
+            return Some(ch);
+        }
+    }
+    let now = mono_ns();
+    let last = LAST_ATTEMPT_NS.load(Relaxed);
+    if last != 0 && now.saturating_sub(last) < ATTACH_RETRY_NS {
+        return None;
+    }
+    LAST_ATTEMPT_NS.store(now.max(1), Relaxed);
+    let seen = CHANNEL.load(Relaxed);
+    let fresh = attach()?;
+    let ch = match CHANNEL.compare_exchange(seen, fresh, SeqCst, Relaxed) {
+        Ok(_) => fresh,
+        Err(_) => {
+            // Another thread mapped it meanwhile: keep that one.
+            // SAFETY: `fresh` is this call's own mapping, unused elsewhere.
+            unsafe { libc::munmap(fresh.cast(), layout::SIZE) };
+            CHANNEL.load(Relaxed)
+        }
+    };
+    bump(Counter::channel_attached);
+    // SAFETY: as in `mapped`.
+    let ch = unsafe { &*ch };
+    (as_atomic(&ch.header.live).load(Relaxed) != 0).then_some(ch)
+}
+
+/// bpf(2)'s BPF_OBJ_GET: the pinned map's file descriptor.
+const BPF_OBJ_GET: libc::c_long = 7;
+
+/// The part of `union bpf_attr` BPF_OBJ_GET reads (uapi linux/bpf.h).
+#[repr(C)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// The initial pid namespace's inode (the kernel's PROC_PID_INIT_INO), as
+/// /proc/self/ns/pid names it: the scheduler compares slots' tids with the
+/// kernel's pids, which only threads of this namespace see as their tids.
+const INITIAL_PID_NS: &[u8] = b"pid:[4026531836]";
+
+/// Whether this process's thread ids are the kernel's (no pid namespace).
+fn in_initial_pid_namespace() -> bool {
+    let mut buf = [0u8; 32];
+    // SAFETY: readlinkat into a local buffer of the length given.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD,
+            c"/proc/self/ns/pid".as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    n > 0 && buf.get(..n as usize) == Some(INITIAL_PID_NS)
+}
+
+/// Maps the pinned channel, checking its header; None if absent, not a
+/// channel of this layout, its scheduler no longer runs (a pin a killed
+/// loader left), or this process is in a pid namespace of its own.
+fn attach() -> Option<*mut Channel> {
+    let saved = errno();
+    let initial = in_initial_pid_namespace();
+    set_errno(saved);
+    if !initial {
+        return None;
+    }
+    let attr = ObjGetAttr {
+        pathname: layout::PIN_C.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    let saved = errno();
+    // SAFETY: attr is a valid BPF_OBJ_GET argument of the size passed; the
+    // path it points to is a static C string.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjGetAttr,
+            core::mem::size_of::<ObjGetAttr>(),
+        )
+    };
+    if fd < 0 {
+        set_errno(saved);
+        return None;
+    }
+    let fd = fd as i32;
+    // SAFETY: a shared mapping of the map's memory (BPF_F_MMAPABLE), no
+    // address given; the result is checked before use.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            layout::SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    // SAFETY: fd is this call's own descriptor; the mapping keeps the map.
+    // The raw system call: glibc's close() is a cancellation point, and
+    // this runs inside waits that must not be one (pthread_barrier_wait).
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    set_errno(saved);
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let ch = p.cast::<Channel>();
+    // SAFETY: the mapping is layout::SIZE bytes long.
+    let h = unsafe { &(*ch).header };
+    if h.magic != layout::MAGIC
+        || h.version != layout::VERSION
+        || h.slots as usize != layout::SLOTS
+        || as_atomic(&h.live).load(Relaxed) == 0
+    {
+        // SAFETY: this call's own mapping.
+        unsafe { libc::munmap(p, layout::SIZE) };
+        return None;
+    }
+    Some(ch)
+}
+
+/// This thread's slot in `ch`, claimed at its first marked wait.
+#[cfg(not(loom))]
+fn claimed_slot(ch: &'static Channel) -> Option<usize> {
+    let tid = crate::tid::current();
+    let at = ch as *const Channel as usize;
+    let (t, m, s) = CLAIM.with(Cell::get);
+    if t == tid && m == at && s != 0 {
+        return Some(s - 1);
+    }
+    let index = layout::slot_of(tid as u32);
+    let owner = as_atomic(&ch.slots[index].tid);
+    let claimed = owner.compare_exchange(0, tid as u32, SeqCst, Relaxed);
+    if claimed.is_err() && claimed != Err(tid as u32) {
+        return None;
+    }
+    CLAIM.with(|c| c.set((tid, at, index + 1)));
+    Some(index)
+}
+
+#[cfg(loom)]
+fn claimed_slot(_ch: &'static Channel) -> Option<usize> {
+    None
+}
+
+/// A u32 field of the shared mapping, accessed as an atomic: the
+/// scheduler and other threads read and write it concurrently.
+fn as_atomic(field: &u32) -> &AtomicU32 {
+    // SAFETY: AtomicU32 has u32's size and alignment; the field lives in a
+    // mapping that is never unmapped, and every access to it is atomic.
+    unsafe { &*(field as *const u32 as *const AtomicU32) }
+}
