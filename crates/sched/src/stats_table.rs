@@ -64,6 +64,14 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "times a vCPU hidden by RWC (or parked by consolidation) left normal tasks waiting",
     ),
     (
+        "queued_stranded",
+        "normal tasks queued that only hidden (or parked) vCPUs may run, such as a vCPU's own kernel threads: that vCPU is kicked",
+    ),
+    (
+        "stranded_dispatches",
+        "times a hidden (or parked) vCPU ran a normal task of its queue that no visible vCPU may run",
+    ),
+    (
         "preempted_idle_policy",
         "queued normal tasks (waking, or left waiting at a slice end) that pre-empted a vCPU running only SCHED_IDLE work",
     ),

@@ -231,6 +231,8 @@ void BPF_STRUCT_OPS(vsched_dispatch, s32 cpu, struct task_struct *prev)
 	if (visible(cpu)) {
 		if (dispatch_normal(cpu))
 			return;
+	} else if (dispatch_stranded(cpu)) {
+		return;
 	} else if (scx_bpf_dsq_nr_queued(normal_dsq(cpu))) {
 		count(VS_STAT_HIDDEN_SKIPS);
 	}

@@ -70,6 +70,39 @@ static s32 queue_home(struct task_struct *p, s32 cur)
 	return best;
 }
 
+/* Whether some visible vCPU may run `p`. */
+static bool may_run_visible(const struct task_struct *p)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (visible(cpu) && bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A task queued that only hidden vCPUs may run (one bound to a vCPU RWC
+ * hides, such as that vCPU's cpuhp or kworker thread, or a prober that
+ * just pinned itself there): its vCPU must be told, since find_best_idle
+ * looks at visible vCPUs only, and must run it (dispatch_stranded).
+ * SCHED_IDLE work running there is pre-empted, as enqueue_bound does.
+ */
+static void kick_if_stranded(struct task_struct *p, s32 home)
+{
+	s32 cpu = per_vcpu_queues ? home : scx_bpf_task_cpu(p);
+
+	if (visible(cpu) || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr) ||
+	    may_run_visible(p))
+		return;
+	count(VS_STAT_QUEUED_STRANDED);
+	scx_bpf_kick_cpu(cpu, running_idle_policy(cpu) ? VS_KICK_PREEMPT :
+							 VS_KICK_IDLE);
+}
+
 /* Queues `p` to wait for a vCPU (see the file's comment). */
 static void queue_normal(struct task_struct *p, u64 enq_flags)
 {
@@ -80,6 +113,46 @@ static void queue_normal(struct task_struct *p, u64 enq_flags)
 	scx_bpf_dsq_insert_vtime(p, normal_dsq(home), slice_ns,
 				 vs_queue_vtime(p->scx.dsq_vtime, vtime_now, slice_ns),
 				 enq_flags);
+	kick_if_stranded(p, home);
+}
+
+/* How many tasks of a hidden vCPU's queue dispatch_stranded looks at:
+ * its own queue holds only tasks with nowhere visible to go and orphans,
+ * which the visible vCPUs take first; the shared queue moves on as the
+ * visible vCPUs take its head. */
+#define VS_STRANDED_SCAN 8
+
+/*
+ * Runs on hidden `cpu` the first task of its normal queue that no visible
+ * vCPU may run; whether it moved one. RWC hides a vCPU from tasks that
+ * have somewhere else to go: a task bound to the hidden vCPU has not.
+ * Without this, such a task queued there (enqueue_bound queues it when
+ * SCHED_IDLE work starves on its vCPU) waited until the scheduler was
+ * unloaded or sched_ext's watchdog ejected it: "vcap-2 failed to run for
+ * 43 s" while that vCPU was being taken offline; a reader woken for the
+ * hidden vCPU during a 6 s stop ran 10-12 s later, at the unload
+ * (crates/cli/tests/sched_faults.rs,
+ * a_task_woken_for_the_hidden_vcpu_during_a_long_steal_runs_after_it).
+ */
+static bool dispatch_stranded(s32 cpu)
+{
+	u64 dsq = normal_dsq(cpu);
+	struct task_struct *p;
+	u32 looked = 0;
+
+	if (!scx_bpf_dsq_nr_queued(dsq))
+		return false;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		if (++looked > VS_STRANDED_SCAN)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || may_run_visible(p))
+			continue;
+		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, VS_DSQ_LOCAL, 0)) {
+			count(VS_STAT_STRANDED_DISPATCHES);
+			return true;
+		}
+	}
+	return false;
 }
 
 /*
