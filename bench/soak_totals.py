@@ -6,7 +6,7 @@ loaded time summed over every run made on it. This adds the runs up and
 gives each rate's 95% upper bound (Wilson, as the soak itself reports it),
 as a Markdown table or, with --json, as JSON.
 
-    python3 bench/soak_totals.py bench/results/soak-*.json
+    python3 bench/soak_totals.py bench/results/*-soak-*.json
     python3 bench/soak_totals.py --json bench/results/2026-11-28-*-soak-*.json
 """
 

@@ -114,7 +114,7 @@ mod tests {
     use super::*;
 
     /// The panic of a 7.2.13 guest under QEMU 7.2 (bench/results/
-    /// soak-qemu7.2-7.2.13.json), shortened: an int3 at sched_clock_cpu+0x8,
+    /// 2026-11-27-bcfd7fb-soak-qemu7.2-7.2.13.json), shortened: an int3 at sched_clock_cpu+0x8,
     /// where memory holds the first byte of a 2-byte NOP.
     const STALE_INT3: &str = "\
 [    2.70] Oops: int3: 0000 [#2] SMP NOPTI
