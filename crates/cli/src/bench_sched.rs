@@ -143,10 +143,11 @@ fn print_table(r: &ScenarioResult) {
         r.name, r.accel, r.rounds, r.workload
     );
     println!(
-        "  {:<26} {:>12} {:>8}  runs",
+        "  {:<26} {:>12} {:>8} {:>8}  runs",
         "variant",
         format!("median {}", r.metric),
-        "speedup"
+        "speedup",
+        "paired"
     );
     for v in &r.variants {
         let runs: Vec<String> = v.values.iter().map(|&x| value(x)).collect();
@@ -155,11 +156,15 @@ fn print_table(r: &ScenarioResult) {
             .iter()
             .map(|(k, x)| format!("{k} {x:.0}"))
             .collect();
+        let paired = v
+            .paired_speedup_vs_default
+            .map_or("-".to_string(), |p| format!("{p:.2}x"));
         println!(
-            "  {:<26} {:>12} {:>7.2}x  {}{}",
+            "  {:<26} {:>12} {:>7.2}x {:>8}  {}{}",
             v.variant,
             value(v.median),
             v.speedup_vs_default,
+            paired,
             runs.join(" "),
             if others.is_empty() {
                 String::new()

@@ -263,10 +263,15 @@ fn print_sched_event(event: &Event) {
             "vsched daemon: the kernel unloaded the scheduler ({}); loading it again failed: {error:#}; going on without it",
             exit.message
         ),
-        Event::Ejected(exit) => eprintln!(
-            "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
-            exit.reason, exit.kind, exit.message
-        ),
+        Event::Ejected(exit) => {
+            eprintln!(
+                "vsched daemon: the kernel ejected the scheduler: {} ({}) {}; going on without it",
+                exit.reason, exit.kind, exit.message
+            );
+            if let Some(dump) = exit.dump_report() {
+                eprintln!("vsched daemon: {dump}");
+            }
+        }
     }
 }
 

@@ -250,6 +250,9 @@ fn report(args: &SchedArgs, summary: &Summary, ending: &vsched_sched::Ending) ->
             "vsched sched: the kernel ejected the scheduler: {} ({}) {}",
             e.reason, e.kind, e.message
         );
+        if let Some(dump) = e.dump_report() {
+            eprintln!("vsched sched: {dump}");
+        }
     }
     Ok(())
 }

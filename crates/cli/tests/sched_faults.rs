@@ -256,6 +256,16 @@ fn an_injected_bpf_error_ejects_with_its_reason_and_the_program_finishes() {
         text.contains("injected error (vsched sched --inject-error-after)"),
         "the ejection's reason is printed: {text}"
     );
+    // And the kernel's state at that moment, for the next stall's cause:
+    // what each CPU ran and held queued.
+    let dump = text
+        .find("the kernel's scheduling state at the ejection:")
+        .map(|i| &text[i..])
+        .unwrap_or_else(|| panic!("no kernel dump: {text}"));
+    assert!(
+        dump.lines().any(|l| l.contains("  | CPU")),
+        "the dump shows the CPUs: {text}"
+    );
     assert!(text.contains("@state disabled"), "{text}");
 }
 

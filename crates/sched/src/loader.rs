@@ -41,12 +41,31 @@ pub struct ExitInfo {
     pub exit_code: i64,
     pub reason: String,
     pub message: String,
+    /// The kernel's dump of its scheduling state at an error exit (each
+    /// CPU's current task and queued tasks, and the stalled task's state;
+    /// sched_ext's `scx_dump_state`); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dump: String,
 }
 
 impl ExitInfo {
     /// Whether the kernel ejected the scheduler for an error.
     pub fn is_error(&self) -> bool {
         self.kind >= 1024
+    }
+
+    /// The kernel's dump for a person, each line indented under a heading
+    /// (None without one): where a stalled task sat, what each CPU ran.
+    pub fn dump_report(&self) -> Option<String> {
+        if self.dump.trim().is_empty() {
+            return None;
+        }
+        let mut out = String::from("the kernel's scheduling state at the ejection:");
+        for line in self.dump.lines() {
+            out.push_str("\n  | ");
+            out.push_str(line);
+        }
+        Some(out)
     }
 
     /// Whether the kernel asks the loader to load the scheduler again: it
@@ -60,6 +79,11 @@ impl ExitInfo {
         (self.exit_code as u64) >> ACT_SHIFT == ACT_RESTART
     }
 }
+
+/// Bytes of the kernel's exit dump kept (the BPF side's `uei_dump`): the
+/// kernel's default dump size (SCX_EXIT_DUMP_DFL_LEN), enough for a few
+/// dozen CPUs' current and queued tasks.
+const EXIT_DUMP_LEN: u32 = 32768;
 
 /// Lines libbpf printed lately (the verifier's log on a failed load).
 static LIBBPF_LOG: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
@@ -178,7 +202,14 @@ impl<'obj> Scheduler<'obj> {
             tunables.write_to(rodata);
             rodata.nr_cpus = nr_cpus as u32;
             rodata.nr_latency_comms = latency_comms.len() as u32;
+            rodata.uei_dump_len = EXIT_DUMP_LEN;
         }
+        // The dump's buffer is a one-byte array in its own data section
+        // (RESIZABLE_ARRAY), grown here to what UEI_RECORD may copy.
+        open.maps
+            .data_uei_dump
+            .set_value_size(EXIT_DUMP_LEN)
+            .map_err(|e| bpf_error("sizing the exit dump's buffer", e))?;
         // sched_ext ejects a scheduler loaded against a CPU set that changed
         // (hot-plug) meanwhile when it knows the sequence it was loaded at.
         if let Ok(seq) = std::fs::read_to_string("/sys/kernel/sched_ext/hotplug_seq") {
@@ -290,7 +321,25 @@ impl<'obj> Scheduler<'obj> {
             exit_code: uei.exit_code,
             reason: c_chars(&uei.reason),
             message: c_chars(&uei.msg),
+            dump: self.exit_dump(),
         })
+    }
+
+    /// The kernel's exit dump as UEI_RECORD copied it (empty if none). Read
+    /// through the map, not the skeleton's pointer, which names the
+    /// section's size before it was grown.
+    fn exit_dump(&self) -> String {
+        self.skel
+            .maps
+            .data_uei_dump
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .map(|bytes| {
+                let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                String::from_utf8_lossy(&bytes[..end]).into_owned()
+            })
+            .unwrap_or_default()
     }
 
     /// Where the runtime finds the channel: Ok(path) once pinned, Err(why
@@ -352,12 +401,30 @@ mod tests {
             exit_code,
             reason: String::new(),
             message: String::new(),
+            dump: String::new(),
         };
         // SCX_EXIT_UNREG_KERN with SCX_ECODE_RSN_HOTPLUG | SCX_ECODE_ACT_RESTART,
         // as "cpu 2 going offline" ejects a scheduler.
         assert!(exit(66, (1 << 32) | (1 << 48)).asks_restart());
         assert!(!exit(1024, 0).asks_restart());
         assert!(!exit(65, 0).asks_restart());
+    }
+
+    #[test]
+    fn the_kernels_dump_is_shown_indented_under_a_heading_when_there_is_one() {
+        let mut e = ExitInfo {
+            kind: 1026,
+            exit_code: 0,
+            reason: "runnable task stall".into(),
+            message: String::new(),
+            dump: "CPU 2   : nr_run=3\n  curr=swapper/2".into(),
+        };
+        assert_eq!(
+            e.dump_report().unwrap(),
+            "the kernel's scheduling state at the ejection:\n  | CPU 2   : nr_run=3\n  |   curr=swapper/2"
+        );
+        e.dump = " \n".into();
+        assert_eq!(e.dump_report(), None);
     }
 
     #[test]

@@ -332,13 +332,16 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 	struct task_ctx *tc;
 	u64 normal_waiting;
 
-	if (p->scx.slice || is_idle_task(p) || !visible(cpu))
+	if (p->scx.slice || is_idle_task(p))
+		return;
+	/* On a hidden vCPU only a task with nowhere visible to go stays. */
+	if (!visible(cpu) && may_run_visible(p))
 		return;
 	/* SCHED_IDLE work waiting does not end the slice unless it
 	 * starves (policy.h): at the end, dispatch would hand it the vCPU
 	 * before the expired task is queued again. */
 	normal_waiting = normal_waiting_for(cpu);
-	/* A normal task on a visible vCPU, as checked above. */
+	/* A normal task that may stay, as checked above. */
 	if (!vs_renews_slice(p->scx.slice, 1, 1, normal_waiting,
 			     idle_starving_on(cpu),
 			     find_best_idle(p, 0) >= 0,

@@ -237,7 +237,7 @@ int main(void)
 	CHECK(vs_renews_slice(0, 1, 1, 0, 0, 0, 0));
 	CHECK(!vs_renews_slice(1, 1, 1, 0, 0, 0, 0)); /* slice left: no end */
 	CHECK(!vs_renews_slice(0, 0, 1, 0, 0, 0, 0)); /* SCHED_IDLE work */
-	CHECK(!vs_renews_slice(0, 1, 0, 0, 0, 0, 0)); /* hidden: must move */
+	CHECK(!vs_renews_slice(0, 1, 0, 0, 0, 0, 0)); /* hidden, may go elsewhere: must move */
 	CHECK(!vs_renews_slice(0, 1, 1, 1, 0, 0, 0)); /* a normal task waits */
 	/* SCHED_IDLE work that merely waits is not counted (its idle cycles
 	 * only; lab: sched_idle_work_gets_only_idle_cycles...): */
