@@ -142,13 +142,20 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
     // test's idle phase: 3 s), but the probers' heavy windows (every 5 s)
     // widen it again, and a stretch under a second between two reports
     // never reaches the status: within 15 s it was seen in 5 of 6 runs;
-    // 60 s allowed. The busybox guest's
-    // loopback starts down: up, for the metrics.
+    // 60 s allowed. The table and the metrics are read the same way, until they name
+    // a parked vCPU: a report between the status read and the scrape
+    // (each report sets both from one reading, state.rs `take`) had
+    // already widened the set again, and the scrape named none (6.18.15,
+    // a clean-clone suite). The busybox guest's loopback starts down: up,
+    // for the metrics.
     let consolidated = format!(
         "ip link set lo up; vsched daemon --sched --consolidate 2>/tmp/c.log & D=$!; {}; \
          for i in $(seq 300); do vsched status --json > /tmp/c.json 2>/dev/null && grep -q '\"parked\":\\[[0-9]' /tmp/c.json && break; sleep 0.2; done; \
-         echo \"@status $(tr -d '\\n' < /tmp/c.json)\"; vsched status | sed 's/^/@table /'; \
-         wget -qO- http://127.0.0.1:9488/metrics | grep '^vsched_vcpu_parked' | sed 's/^/@metric /'; \
+         echo \"@status $(tr -d '\\n' < /tmp/c.json)\"; \
+         for i in $(seq 300); do vsched status > /tmp/t.txt; grep -q 'consolidation parks vCPUs \\[' /tmp/t.txt && break; sleep 0.2; done; \
+         sed 's/^/@table /' /tmp/t.txt; \
+         for i in $(seq 300); do wget -qO- http://127.0.0.1:9488/metrics | grep '^vsched_vcpu_parked' > /tmp/m.txt; \
+           grep -q ' 1$' /tmp/m.txt && break; sleep 0.2; done; sed 's/^/@metric /' /tmp/m.txt; \
          kill -TERM $D; wait $D; echo \"@exit $?\"",
         wait_state("enabled")
     );
