@@ -12,7 +12,7 @@
 mod common;
 
 use common::lab::{
-    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, wait_state,
+    hidden_vcpus, layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, wait_state,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
@@ -650,13 +650,7 @@ fn rwc_keeps_normal_tasks_off_the_vcpu_it_hides() {
     let json = &with[with.find("\n{").unwrap_or_else(|| panic!("{with}"))..];
     let summary: Value = serde_json::from_str(json).unwrap();
     assert_model_came(&summary, with);
-    let hidden: Vec<usize> = summary["model"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["visibility"]["stacked"] == true || m["visibility"]["straggler"] == true)
-        .map(|m| m["cpu"].as_u64().unwrap() as usize)
-        .collect();
+    let hidden = hidden_vcpus(&summary);
     assert!(
         hidden == [1] || hidden == [2],
         "RWC hides one vCPU of the stacked pair 1-2, nothing else: {hidden:?}\n{with}"
@@ -726,13 +720,7 @@ fn a_task_bound_to_the_hidden_vcpu_is_not_sliced_for_sched_idle_work() {
     let (_, text) = &out[0];
     let summary = summary_after(text, "summary");
     assert_model_came(&summary, text);
-    let hidden: Vec<usize> = summary["model"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["visibility"]["stacked"] == true || m["visibility"]["straggler"] == true)
-        .map(|m| m["cpu"].as_u64().unwrap() as usize)
-        .collect();
+    let hidden = hidden_vcpus(&summary);
     assert!(
         hidden == [1] || hidden == [2],
         "RWC hides one vCPU of the stacked pair: {hidden:?}\n{text}"

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::lab::{layout_with_schedbench, run_in_guest, wait_state};
+use common::lab::{hidden_vcpus, layout_with_schedbench, run_in_guest, wait_state};
 
 /// The lines of `text` that start with `prefix`.
 fn lines_with<'a>(text: &'a str, prefix: &'a str) -> Vec<&'a str> {
@@ -208,13 +208,7 @@ fn a_task_woken_for_the_hidden_vcpu_during_a_long_steal_runs_after_it() {
         "the scheduler stayed loaded: {text}"
     );
     let summary = common::summary_after(text, "summary");
-    let hidden: Vec<u64> = summary["model"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no model: {summary:#}"))
-        .iter()
-        .filter(|m| m["visibility"]["stacked"] == true || m["visibility"]["straggler"] == true)
-        .filter_map(|m| m["cpu"].as_u64())
-        .collect();
+    let hidden = hidden_vcpus(&summary);
     assert!(
         hidden == [1] || hidden == [2],
         "RWC hid one vCPU of the pair (the case this test makes): {hidden:?}\n{text}"

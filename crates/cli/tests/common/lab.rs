@@ -168,3 +168,15 @@ pub fn marked_value(text: &str, key: &str) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {key}: {text}"))
 }
+
+/// The vCPUs a `vsched sched` summary's model hides (stacked or straggler:
+/// RWC's reasons), in order.
+pub fn hidden_vcpus(summary: &Value) -> Vec<usize> {
+    summary["model"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no model: {summary:#}"))
+        .iter()
+        .filter(|m| m["visibility"]["stacked"] == true || m["visibility"]["straggler"] == true)
+        .filter_map(|m| m["cpu"].as_u64().map(|c| c as usize))
+        .collect()
+}
