@@ -58,11 +58,14 @@ rm -f "$VSCHED_SKIP_LOG" "$VSCHED_NOTE_LOG"
 # Integration tests serialise themselves (they probe the whole machine).
 cargo test --release --workspace --all-targets
 # The scheduler's lab tests again on every other kernel of the sched_ext
-# matrix (the suite above booted the default, 7.2.13; docs/lab.md,
+# matrix (`vsched lab kernels`; the suite above booted the default; docs/lab.md,
 # "Kernels"): one kernel's verifier may refuse what the others take, as
 # 6.18.15's did. The benchmarks' end-to-end runs boot their own kernel:
 # once is enough.
-for version in 6.16.12 6.18.15 7.3.4; do
+vsched=./target/release/vsched
+default_kernel=$("$vsched" lab kernels --default)
+for version in $("$vsched" lab kernels --versions); do
+  [ "$version" = "$default_kernel" ] && continue
   echo "== the scheduler's lab tests on Linux $version"
   skip=(--skip bench_sched_runs_every_variant_of_a_scenario --skip bench_sync_in_a_guest_runs_each_pairing)
   VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults --test channel \

@@ -14,6 +14,32 @@ pub enum LabCommand {
     Run(RunArgs),
     /// Run `vsched probe` in a guest for LAYOUT and score it against the layout's ground truth
     Check(CommonArgs),
+    /// List the sched_ext kernels vsched is tested on (`--kernel-version`)
+    Kernels(KernelsArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_long_help = "\
+Each kernel is a Debian cloud kernel with sched_ext, pinned by its image's
+SHA-256: the lab fetches it once through a private apt configuration (the
+host's sources stay as they are), checks it, and caches it. The default is
+the one sched_ext layouts boot without --kernel-version (docs/lab.md,
+\"Kernels\").
+
+EXAMPLES
+  vsched lab kernels
+  for v in $(vsched lab kernels --versions); do vsched lab run --kernel-version $v ...; done")]
+#[group(id = "format", multiple = false)]
+pub struct KernelsArgs {
+    /// Print JSON instead of a table
+    #[arg(long, group = "format")]
+    json: bool,
+    /// Print only the versions, oldest first, one per line (for scripts)
+    #[arg(long, group = "format")]
+    versions: bool,
+    /// Print only the default version
+    #[arg(long, group = "format")]
+    default: bool,
 }
 
 #[derive(Args, Debug)]
@@ -100,6 +126,10 @@ pub fn run(cmd: LabCommand) -> Result<u8> {
             }
             Ok(u8::from(!r.commands.iter().all(|c| c.exit_code == Some(0))))
         }
+        LabCommand::Kernels(args) => {
+            print!("{}", kernels(&args)?);
+            Ok(0)
+        }
         LabCommand::Check(common) => {
             let (layout, opts) = prepare(&common)?;
             let (result, ran) = check::check(&layout, &opts, &signals::STOP)
@@ -119,6 +149,64 @@ pub fn run(cmd: LabCommand) -> Result<u8> {
             })
         }
     }
+}
+
+/// One kernel of the matrix as `vsched lab kernels --json` shows it.
+#[derive(serde::Serialize)]
+struct KernelJson {
+    version: &'static str,
+    suite: &'static str,
+    package: &'static str,
+    vmlinuz_sha256: &'static str,
+    /// The cached image, if fetched.
+    cached: Option<PathBuf>,
+}
+
+fn kernels(args: &KernelsArgs) -> Result<String> {
+    use vsched_lab::kernel::{cached_pinned, DEFAULT_SCHED_EXT_VERSION, SCHED_EXT_KERNELS};
+    let list: Vec<KernelJson> = SCHED_EXT_KERNELS
+        .iter()
+        .map(|k| KernelJson {
+            version: k.version,
+            suite: k.suite,
+            package: k.package,
+            vmlinuz_sha256: k.vmlinuz_sha256,
+            cached: cached_pinned(k),
+        })
+        .collect();
+    if args.default {
+        return Ok(format!("{DEFAULT_SCHED_EXT_VERSION}\n"));
+    }
+    if args.versions {
+        return Ok(list.iter().map(|k| format!("{}\n", k.version)).collect());
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "schema": "vsched.lab-kernels/v1",
+            "default": DEFAULT_SCHED_EXT_VERSION,
+            "kernels": list,
+        });
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
+    }
+    let mut out = format!(
+        "{:<9} {:<17} {:<8} {:<7} {}\n",
+        "version", "suite", "default", "cached", "package"
+    );
+    for k in &list {
+        out.push_str(&format!(
+            "{:<9} {:<17} {:<8} {:<7} {}\n",
+            k.version,
+            k.suite,
+            if k.version == DEFAULT_SCHED_EXT_VERSION {
+                "yes"
+            } else {
+                "-"
+            },
+            if k.cached.is_some() { "yes" } else { "no" },
+            k.package
+        ));
+    }
+    Ok(out)
 }
 
 fn render(r: &CheckResult) -> String {

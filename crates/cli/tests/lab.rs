@@ -485,3 +485,39 @@ fn an_extra_binary_named_like_a_busybox_applet_is_the_one_that_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `vsched lab kernels` lists the sched_ext matrix, which scripts/test.sh
+/// walks: the three forms agree, the default is one of them, and two
+/// forms at once are refused.
+#[test]
+fn lab_kernels_lists_the_matrix_in_every_form() {
+    let text = |args: &[&str]| {
+        let out = vsched(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let versions: Vec<String> = text(&["lab", "kernels", "--versions"])
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(versions.len() >= 2, "a matrix of kernels: {versions:?}");
+    let default = text(&["lab", "kernels", "--default"]).trim().to_string();
+    assert!(versions.contains(&default), "{default} in {versions:?}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&text(&["lab", "kernels", "--json"])).unwrap();
+    assert_eq!(doc["schema"], "vsched.lab-kernels/v1");
+    assert_eq!(doc["default"], default.as_str());
+    let listed: Vec<&str> = doc["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, versions);
+    let table = text(&["lab", "kernels"]);
+    for v in &versions {
+        assert!(table.contains(v.as_str()), "{v} in the table: {table}");
+    }
+    let both = vsched(&["lab", "kernels", "--json", "--versions"]);
+    assert_eq!(both.status.code(), Some(2));
+}

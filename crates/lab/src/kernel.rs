@@ -208,7 +208,7 @@ pub fn pinned(version: &str) -> Result<&'static PinnedKernel> {
 /// The pinned kernel `k`, cached under `cache_dir()/kernels/VERSION`,
 /// fetched the first time through a private apt configuration for its suite.
 pub fn pinned_kernel(k: &PinnedKernel) -> Result<GuestKernel> {
-    let dir = cache_dir().join("kernels").join(k.version);
+    let dir = pinned_dir(k);
     if let Some(cached) = cached_kernel(&dir) {
         return Ok(cached);
     }
@@ -220,6 +220,17 @@ pub fn pinned_kernel(k: &PinnedKernel) -> Result<GuestKernel> {
     let apt = Apt::private(&dir.join("apt"), k.suite).map_err(need)?;
     apt.update().map_err(need)?;
     fetch_sched_ext_kernel(&apt, k.package, &dir, k.vmlinuz_sha256).map_err(need)
+}
+
+/// Where the pinned kernel `k` is cached.
+fn pinned_dir(k: &PinnedKernel) -> PathBuf {
+    cache_dir().join("kernels").join(k.version)
+}
+
+/// The image of the pinned kernel `k` if it was fetched before (then the
+/// lab boots it without the network).
+pub fn cached_pinned(k: &PinnedKernel) -> Option<PathBuf> {
+    cached_kernel(&pinned_dir(k)).map(|g| g.image)
 }
 
 const PINNED_HINT: &str = "the kernel matrix fetches Debian's cloud kernels through a private \
