@@ -30,6 +30,10 @@
  *       free to run anywhere (free: the scheduler places it); prints
  *       "same_us S busy_us B idle_us I free_us F", the medians from the
  *       wake to the wakee running
+ *   schedbench yield THREADS YIELDS        THREADS threads calling sched_yield()
+ *       YIELDS times each, nothing else: with fewer threads than vCPUs
+ *       each yield finds nothing else to run (a spin-wait's yield on a
+ *       machine with room), which is what it costs the scheduler
  *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
  *       the barrier kernel without end, its throughput over time: rounds
  *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
@@ -87,6 +91,16 @@ static volatile uint64_t sink;
 static void *cpu_thread(void *arg)
 {
 	sink += work(iters, (uintptr_t)arg);
+	return NULL;
+}
+
+static long yields;
+
+static void *yield_thread(void *arg)
+{
+	(void)arg;
+	for (long i = 0; i < yields; i++)
+		sched_yield();
 	return NULL;
 }
 
@@ -617,7 +631,7 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "wakeup"))
 		return run_wakeup(arg(argv, 2));
 	if (argc < 4) {
-		fprintf(stderr, "usage: schedbench cpu|rotate|barrier|pipeline|pingpong|messaging|server|idle|rt|timeline|wakeup ...\n");
+		fprintf(stderr, "usage: schedbench cpu|yield|rotate|barrier|pipeline|pingpong|messaging|server|idle|rt|timeline|wakeup ...\n");
 		return 2;
 	}
 	n = arg(argv, 2);
@@ -630,6 +644,10 @@ int main(int argc, char **argv)
 		iters = arg(argv, 3);
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, cpu_thread, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "yield")) {
+		yields = arg(argv, 3);
+		for (long i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, yield_thread, NULL);
 	} else if (!strcmp(argv[1], "rotate") && argc == 6) {
 		iters = arg(argv, 3);
 		rotate_every_s = arg(argv, 4) / 1e6;

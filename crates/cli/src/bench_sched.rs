@@ -46,6 +46,15 @@ WHAT IT RUNS
     overhead-barrier   2 threads meeting at a barrier every ~0.4 ms on 2
                        dedicated vCPUs (adaptability's dedicated phase);
                        goal: within 3%
+    overhead-yield     one thread calling sched_yield() with nothing else to
+                       run, 2 dedicated vCPUs; goal: within 3%
+    overhead-yield-4   4 threads yielding to each other on 2 dedicated vCPUs;
+                       goal: within 3%
+    gleaner-wakeup, gleaner-barrier, gleaner-pipeline, gleaner-pipeline-heavy,
+    gleaner-cpu        Gleaner's Table 1 and Fig. 4 in miniature on 2 vCPUs,
+                       consolidation (--consolidate) and vsched run
+                       --consolidate as columns; goal: within 1.3x of the
+                       program on one vCPU, no loss against the default
     adaptability       a 2-thread barrier kernel's throughput every 250 ms while
                        its 2 vCPUs walk through dedicated, capped 50%,
                        asymmetric 2:1, straggler, stacked, dedicated (12 s

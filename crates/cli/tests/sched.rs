@@ -254,6 +254,55 @@ fn slices_are_renewed_at_the_tick_only_where_no_vcpu_is_idle() {
     );
 }
 
+/// A sched_yield() with nothing else to run on its vCPU returns at once,
+/// the task keeping its slice (`vsched_yield`, policy.h
+/// `vs_yield_keeps_slice`): nearly every yield of a lone thread is
+/// counted `yields_kept`; none with `--no-yield-in-place`, the control;
+/// and few when two threads bound to one vCPU yield to each other (each
+/// yield finds the other waiting: only the last one's tail is alone). The
+/// times are printed, not judged: `vsched bench sched --only
+/// overhead-yield` compares them (docs/sched.md, "Yields").
+#[test]
+fn a_yield_keeps_its_slice_only_with_nothing_else_to_run() {
+    let _guard = common::serial();
+    let run = |flag: &str, workload: &str, marker: &str| {
+        format!(
+            "vsched sched -q --no-probe {flag} --stats-json /tmp/{marker}.json -- {workload}; \
+             echo {marker}; cat /tmp/{marker}.json"
+        )
+    };
+    let guest = layout_with_schedbench("sched/two-free");
+    let lone = "schedbench yield 1 20000";
+    let out = run_in_guest(
+        &guest,
+        &[
+            &run("", lone, "kept"),
+            &run("--no-yield-in-place", lone, "ended"),
+            &run("", "taskset -c 1 schedbench yield 2 5000", "shared"),
+        ],
+    );
+    for (_, text) in &out {
+        println!("{}", text.lines().next().unwrap_or(""));
+    }
+    let kept = counter(&summary_after(&out[0].1, "kept"), "yields_kept");
+    let ended = counter(&summary_after(&out[1].1, "ended"), "yields_kept");
+    let shared = counter(&summary_after(&out[2].1, "shared"), "yields_kept");
+    println!("yields_kept: lone {kept}, control {ended}, two on one vCPU {shared}");
+    // 20,000 yields; a yield that finds a kernel thread or the loader
+    // queued on its vCPU ends its slice, so 90%.
+    assert!(
+        kept >= 18_000,
+        "a lone thread's yields keep the slice: {kept}"
+    );
+    assert_eq!(ended, 0, "the control: every yield ends the slice");
+    // 10,000 yields, alternating: a rule that kept every yield would
+    // count about all of them.
+    assert!(
+        shared < 1_000,
+        "a yield with another thread waiting ends the slice: {shared} of 10,000 kept"
+    );
+}
+
 /// Regression: a task whose slice ended with nothing else to run on its
 /// vCPU was queued (SCX_ENQ_LAST) while the kernel switched the vCPU to
 /// idle, and nothing woke the vCPU to run it: a lone CPU-bound thread

@@ -36,6 +36,10 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "slices renewed at the tick instead of ending (no normal task waited, SCHED_IDLE work that does not starve aside, and no visible vCPU the task may use was idle): it runs on without being queued again",
     ),
     (
+        "yields_kept",
+        "sched_yield() calls with nothing else to run on the vCPU: the task kept its slice and ran on at once",
+    ),
+    (
         "queued_normal",
         "normal tasks queued (no visible vCPU idle at once)",
     ),

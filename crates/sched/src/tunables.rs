@@ -81,6 +81,12 @@ pub struct Tunables {
     #[arg(long = "no-local-wake", action = clap::ArgAction::SetFalse)]
     pub local_wake: bool,
 
+    /// End the slice at every sched_yield(), even with nothing else to
+    /// run on the vCPU: the task is then queued and run again, which the
+    /// kernel's default scheduler does not do (docs/sched.md, "Yields")
+    #[arg(long = "no-yield-in-place", action = clap::ArgAction::SetFalse)]
+    pub yield_in_place: bool,
+
     /// Pin no channel at /sys/fs/bpf/vsched/channel, where vsched's
     /// runtime (`vsched exec --channel`) marks its waiting threads for the
     /// scheduler to run others first: they then run whenever their turn
@@ -132,6 +138,7 @@ impl Tunables {
         rodata.consolidate_enabled = self.consolidate;
         rodata.consolidate_by_episodes = self.consolidate_by_episodes;
         rodata.local_wake_enabled = self.local_wake;
+        rodata.yield_in_place = self.yield_in_place;
         rodata.channel_enabled = self.channel;
         rodata.beat_ns = self.beat_ns;
         rodata.inject_error_after_ns = self.inject_error_after_ns;
@@ -164,6 +171,7 @@ impl Default for Tunables {
             consolidate: false,
             consolidate_by_episodes: true,
             local_wake: true,
+            yield_in_place: true,
             channel: true,
             beat_ns: DEFAULT_BEAT_NS,
             inject_error_after_ns: 0,

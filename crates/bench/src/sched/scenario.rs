@@ -415,6 +415,29 @@ pub const SCENARIOS: &[Scenario] = &[
          receivers, 100-byte messages over Unix sockets) on 2 dedicated vCPUs",
         &["messaging", "2", "4", "1000"],
     ),
+    // sched_yield(): alone (each yield finds nothing else to run, so it
+    // should return at once) and with twice as many yielders as vCPUs
+    // (each yield hands the vCPU on); the ablation ends the slice at
+    // every yield, as sched_ext does for a scheduler without a yield
+    // callback.
+    Scenario {
+        ablations: &["--no-yield-in-place"],
+        ..overhead(
+            "overhead-yield",
+            "overhead: one thread calling sched_yield() 20,000 times on 2 dedicated vCPUs \
+             (nothing else to run: a spin-wait's yield on a machine with room)",
+            &["yield", "1", "20000"],
+        )
+    },
+    Scenario {
+        ablations: &["--no-yield-in-place"],
+        ..overhead(
+            "overhead-yield-4",
+            "overhead: 4 threads calling sched_yield() 10,000 times each on 2 dedicated \
+             vCPUs (each yield hands the vCPU to a waiting thread)",
+            &["yield", "4", "10000"],
+        )
+    },
     // The adaptability benchmark's dedicated phase alone: about 2,500
     // barrier rounds a second under TCG, so 2,000 rounds take ~0.8 s.
     overhead(

@@ -320,6 +320,20 @@ void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
 		tc->declared = bpf_map_lookup_elem(&latency_comms, comm) != NULL;
 }
 
+/* Whether `p` may stay on `cpu` at a slice end: it is visible, or `p`
+ * has nowhere visible to go (a hidden vCPU's own kernel threads). */
+static bool may_stay_on(const struct task_struct *p, s32 cpu)
+{
+	return visible(cpu) || !may_run_visible(p);
+}
+
+/* Whether IVH has chosen to move `p` off the vCPU whose state is `l`. */
+static bool ivh_pending_for(const struct task_struct *p,
+			    const struct vcpu_live *l)
+{
+	return l->ivh_go_ns && l->ivh_go_pid == p->pid;
+}
+
 /*
  * At the tick, a slice that ran out where its end could only keep the task
  * (policy.h vs_renews_slice) is renewed here, charged as the slice end
@@ -334,8 +348,7 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 
 	if (p->scx.slice || is_idle_task(p))
 		return;
-	/* On a hidden vCPU only a task with nowhere visible to go stays. */
-	if (!visible(cpu) && may_run_visible(p))
+	if (!may_stay_on(p, cpu))
 		return;
 	/* SCHED_IDLE work waiting does not end the slice unless it
 	 * starves (policy.h): at the end, dispatch would hand it the vCPU
@@ -344,8 +357,7 @@ static void renew_slice_if_kept(struct task_struct *p, s32 cpu,
 	/* A normal task that may stay, as checked above. */
 	if (!vs_renews_slice(p->scx.slice, 1, 1, normal_waiting,
 			     idle_starving_on(cpu),
-			     find_best_idle(p, 0) >= 0,
-			     l->ivh_go_ns && l->ivh_go_pid == p->pid))
+			     find_best_idle(p, 0) >= 0, ivh_pending_for(p, l)))
 		return;
 	if (!scx_bpf_task_set_slice(p, slice_ns))
 		return;
@@ -373,6 +385,35 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 	if (ivh_at_tick)
 		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
 	renew_slice_if_kept(p, cpu, l);
+}
+
+/* Tunable (`--no-yield-in-place`): every sched_yield() ends the slice. */
+const volatile bool yield_in_place = true;
+
+/*
+ * sched_yield(): the slice ends, as sched_ext does for a scheduler
+ * without this callback, unless nothing else could take the vCPU
+ * (policy.h vs_yield_keeps_slice): then the task runs on at once, with no
+ * slice end, queueing or kick. yield_to() (`to`: KVM's directed yield
+ * inside a guest kernel, never user space) is declined.
+ */
+bool BPF_STRUCT_OPS(vsched_yield, struct task_struct *from,
+		    struct task_struct *to)
+{
+	s32 cpu = scx_bpf_task_cpu(from);
+	struct vcpu_live *l;
+
+	if (to)
+		return false;
+	if (yield_in_place && !reference_fifo && (l = live_of(cpu)) &&
+	    vs_yield_keeps_slice(!is_idle_task(from), may_stay_on(from, cpu),
+				 normal_waiting_for(cpu), idle_starving_on(cpu),
+				 ivh_pending_for(from, l))) {
+		count(VS_STAT_YIELDS_KEPT);
+		return false;
+	}
+	scx_bpf_task_set_slice(from, 0);
+	return false;
 }
 
 /* A vCPU goes idle (halts) or leaves idle: its beats stop or start. */
@@ -464,6 +505,7 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .running		= (void *)vsched_running,
 	       .stopping	= (void *)vsched_stopping,
 	       .tick		= (void *)vsched_tick,
+	       .yield		= (void *)vsched_yield,
 	       .update_idle	= (void *)vsched_update_idle,
 	       .enable		= (void *)vsched_enable,
 	       .exit_task	= (void *)vsched_exit_task,

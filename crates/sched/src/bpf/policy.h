@@ -132,6 +132,29 @@ static inline int vs_renews_slice(u64 slice_left, int normal_task, int may_stay,
 }
 
 /*
+ * Whether a task's sched_yield() returns at once, the task keeping its
+ * slice and its vCPU, instead of ending the slice: only when the end
+ * could only keep it, as for vs_renews_slice, but an idle vCPU elsewhere
+ * does not count: a yield hands the vCPU to waiting work, and moving the
+ * yielder to another vCPU is no part of it. sched_ext ends a yielder's
+ * slice unless the scheduler says otherwise, and with nothing else to run
+ * that end went through stopping, enqueue (the last task: a kick of its
+ * own vCPU) and running again: 85-94 us per sched_yield() of a lone
+ * thread in a 2-vCPU guest under TCG, against 4-5 us under the kernel's
+ * default, which returns at once there (schedbench yield 1 50000,
+ * 7.2.13). A spin-wait that yields while its vCPU has room is common
+ * (runtimes' spin-then-yield loops, vsched's own runtime when its load
+ * reading is stale).
+ */
+static inline int vs_yield_keeps_slice(int normal_task, int may_stay,
+				       u64 normal_waiting, int idle_starving,
+				       int ivh_pending)
+{
+	return normal_task && may_stay && normal_waiting == 0 && !idle_starving &&
+	       !ivh_pending;
+}
+
+/*
  * Moving average with weight 1/8 for the new sample: a vCPU's rhythm
  * (active stretch, episode) shows within a handful of its periods, and
  * one odd stretch moves the average by an eighth only. Starts at the

@@ -245,6 +245,15 @@ int main(void)
 	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 1, 0)); /* an idle vCPU */
 	CHECK(!vs_renews_slice(0, 1, 1, 0, 0, 0, 1)); /* IVH move pending */
 
+	/* A yield keeps the slice where nothing else could take the vCPU;
+	 * an idle vCPU elsewhere does not matter to it. */
+	CHECK(vs_yield_keeps_slice(1, 1, 0, 0, 0));
+	CHECK(!vs_yield_keeps_slice(0, 1, 0, 0, 0)); /* SCHED_IDLE work */
+	CHECK(!vs_yield_keeps_slice(1, 0, 0, 0, 0)); /* hidden, may go elsewhere */
+	CHECK(!vs_yield_keeps_slice(1, 1, 1, 0, 0)); /* a normal task waits */
+	CHECK(!vs_yield_keeps_slice(1, 1, 0, 1, 0)); /* starving idle work */
+	CHECK(!vs_yield_keeps_slice(1, 1, 0, 0, 1)); /* IVH move pending */
+
 	/* Moving average: starts at the first sample, then moves by 1/8. */
 	CHECK(vs_ewma(0, 800) == 800);
 	CHECK(vs_ewma(800, 1600) == 900);
