@@ -164,6 +164,16 @@ struct KernelJson {
 
 fn kernels(args: &KernelsArgs) -> Result<String> {
     use vsched_lab::kernel::{cached_pinned, DEFAULT_SCHED_EXT_VERSION, SCHED_EXT_KERNELS};
+    if args.default {
+        return Ok(format!("{DEFAULT_SCHED_EXT_VERSION}\n"));
+    }
+    // Whether each is cached is read only where it is shown.
+    if args.versions {
+        return Ok(SCHED_EXT_KERNELS
+            .iter()
+            .map(|k| format!("{}\n", k.version))
+            .collect());
+    }
     let list: Vec<KernelJson> = SCHED_EXT_KERNELS
         .iter()
         .map(|k| KernelJson {
@@ -174,12 +184,6 @@ fn kernels(args: &KernelsArgs) -> Result<String> {
             cached: cached_pinned(k),
         })
         .collect();
-    if args.default {
-        return Ok(format!("{DEFAULT_SCHED_EXT_VERSION}\n"));
-    }
-    if args.versions {
-        return Ok(list.iter().map(|k| format!("{}\n", k.version)).collect());
-    }
     if args.json {
         let doc = serde_json::json!({
             "schema": "vsched.lab-kernels/v1",
