@@ -18,20 +18,25 @@ fn count(report: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count {name}: {report:#}"))
 }
 
-/// The blocking program (4 barrier threads with ~10 us of work per round,
-/// which one vCPU ran 1.7x faster than two in the scheduler's form) runs
-/// on fewer vCPUs and its vCPUs wake each other at most half as often as
-/// under the default placement in the same guest. The control is the same
-/// command without `--consolidate` (`vsched run` alone), which must fail
-/// that check. Then a program whose blocking phase narrows the set and
-/// whose CPU-bound phase (a thread per vCPU) must widen it again, and run
-/// that phase no slower than 1.25x the default's.
+/// The blocking program (2 threads meeting at a barrier after ~1 us of
+/// work each, so nearly every round is a wake-up across vCPUs, Gleaner's
+/// Table 1 cost) ran 3.8-4.5x faster on one vCPU than on two in this
+/// guest: consolidated, it runs on fewer vCPUs and its vCPUs wake each
+/// other at most half as often as under the default placement in the same
+/// guest. (4 threads with ~10 us of work were only 1.1-1.2x faster on one
+/// vCPU on a slow day, about what the user-level form's own readings take
+/// from the one vCPU it keeps under the emulator, docs/sched.md: whether a
+/// narrowing held was the host's luck.) The control is the same command
+/// without `--consolidate` (`vsched run` alone), which must fail that
+/// check. Then a program whose blocking phase narrows the set and whose
+/// CPU-bound phase (a thread per vCPU) must widen it again, and run that
+/// phase no slower than 1.25x the default's.
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
-    // About 6 s under the default placement.
-    let barrier = "schedbench barrier 4 60000 2000";
-    // About 1.5 s under the default.
+    // 5-9 s under the default placement, 2-2.4 s on one vCPU.
+    let barrier = "schedbench barrier 2 60000 200";
+    // 1.5-5 s under the default, by the host's load.
     let cpu_bound = "schedbench cpu 2 1000000000";
     let consolidated = "vsched run --consolidate --consolidate-json /tmp/consolidated.json --";
     let blocking = run("", barrier, "default")
@@ -65,9 +70,10 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
         count(&report, "trials_narrowed") >= 1 && mean_active < 1.75,
         "the blocking program ran on fewer vCPUs: {report:#}"
     );
+    // The two barrier threads and the main thread (in pthread_join).
     assert!(
-        report["placement"]["threads_placed"].as_u64() >= Some(4),
-        "every barrier thread was placed: {report:#}"
+        report["placement"]["threads_placed"].as_u64() >= Some(3),
+        "every thread was placed: {report:#}"
     );
     assert!(
         with <= 0.5 * default_ipis,
@@ -122,15 +128,16 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
 
 /// SIGKILL of vsched while the program runs narrowed: the watchdog gives
 /// every thread of the program its CPUs back (the program goes on). The
-/// program is found among vsched's children by name (the watchdog is one
-/// too), polled for: on a slow host a guest took more than 0.2 s to start
-/// it.
+/// program is the test above's 2-thread barrier, which one vCPU runs
+/// about 4x faster than two, so that it narrows on a slow host too. It is
+/// found among vsched's children by name (the watchdog is one too), polled
+/// for: on a slow host a guest took more than 0.2 s to start it.
 #[test]
 fn sigkill_of_vsched_gives_the_programs_threads_their_cpus_back() {
     let _guard = common::serial();
     let allowed = "grep -h Cpus_allowed_list /proc/$P/task/*/status | awk '{print $2}' | sort | uniq -c | tr -s ' \\n' ' '";
     let script = format!(
-        "vsched run --consolidate -- schedbench barrier 4 400000 2000 > /dev/null & V=$!; \
+        "vsched run --consolidate -- schedbench barrier 2 400000 200 > /dev/null & V=$!; \
          for i in $(seq 100); do for c in $(cat /proc/$V/task/*/children); do grep -qs schedbench /proc/$c/comm && P=$c; done; [ -n \"$P\" ] && break; sleep 0.1; done; \
          for i in $(seq 100); do grep -qE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status && break; sleep 0.1; done; \
          echo \"narrowed: $({allowed})\"; \
