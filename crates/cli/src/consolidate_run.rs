@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use vsched_consolidate::{watchdog::Journal, Consolidator, Options, Report};
+use vsched_consolidate::{preferred, watchdog::Journal, Consolidator, Options, Report};
 
 /// A consolidation under way.
 pub struct Running {
@@ -27,7 +27,8 @@ pub fn start(pid: i32) -> Result<Running> {
     let journal = Journal::spawn(command).context("starting the consolidation's watchdog")?;
     let program_ended = Arc::new(AtomicBool::new(false));
     let ended = program_ended.clone();
-    let consolidator = Consolidator::new(pid, Options { cpus }, Some(journal));
+    let preferred = preferred::read(Path::new(preferred::KERNEL_FILE));
+    let consolidator = Consolidator::new(pid, Options { cpus, preferred }, Some(journal));
     let thread = std::thread::Builder::new()
         .name("consolidate".into())
         .spawn(move || {
@@ -78,7 +79,13 @@ pub fn summary(r: &Report) -> String {
         r.placement.threads_left_to_the_program,
         r.own_cpu_s,
         r.vsched_cpu_s
-    )
+    ) + &match &r.preferred_cpus {
+        Some(p) => format!(
+            "; the kernel prefers vCPUs {}, which joined the set first",
+            vsched_model::cpulist::format_cpu_list(p)
+        ),
+        None => String::new(),
+    }
 }
 
 /// `vsched consolidate-watchdog` (started by `start`): gives the threads

@@ -36,9 +36,12 @@ const WIDEN_WAIT_PER_TICK_DIVISOR: u64 = 2;
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The vCPUs the program may use: the active set is the
-    /// lowest-numbered n of them.
+    /// The vCPUs the program may use: the active set is n of them, the
+    /// preferred ones first, then the lowest-numbered.
     pub cpus: Vec<u32>,
+    /// The kernel's preferred CPUs (crate::preferred::read), where it
+    /// publishes them.
+    pub preferred: Option<Vec<u32>>,
 }
 
 /// Counts of what the consolidation did.
@@ -73,6 +76,9 @@ pub struct Point {
 pub struct Report {
     pub schema: &'static str,
     pub cpus: Vec<u32>,
+    /// The kernel's preferred CPUs, which joined the set first; null where
+    /// the kernel publishes no preference.
+    pub preferred_cpus: Option<Vec<u32>>,
     pub duration_s: f64,
     /// Mean active vCPUs over the periods.
     pub mean_active: f64,
@@ -89,6 +95,7 @@ pub struct Report {
 
 pub struct Consolidator {
     root: i32,
+    preferred: Option<Vec<u32>>,
     placement: Placement,
     demand: Demand,
     trials: Trials,
@@ -113,7 +120,8 @@ impl Consolidator {
         let active = opts.cpus.len();
         Consolidator {
             root,
-            placement: Placement::new(opts.cpus, journal),
+            placement: Placement::new(opts.cpus, opts.preferred.as_deref(), journal),
+            preferred: opts.preferred,
             demand: Demand::default(),
             trials: Trials::new(),
             active,
@@ -300,6 +308,7 @@ impl Consolidator {
         Report {
             schema: "vsched.consolidate/v1",
             cpus: self.placement.set_of(self.placement.max()),
+            preferred_cpus: self.preferred.clone(),
             duration_s: self.began.elapsed().as_secs_f64(),
             mean_active: if self.counts.periods == 0 {
                 self.active as f64

@@ -20,6 +20,8 @@
 //! * [`demand`]: those counters turned into a tick's and a period's demand.
 //! * [`placement`]: the active set applied to every thread the program
 //!   did not place itself, and put back.
+//! * [`preferred`]: the kernel's preferred-CPU mask, where it has one:
+//!   the order in which vCPUs join the set.
 //! * [`watchdog`]: a second process that puts the threads back if vsched
 //!   is killed.
 //! * [`consolidator`]: the loop that ties them together, and its report.
@@ -28,6 +30,7 @@ pub mod consolidator;
 pub mod counters;
 pub mod demand;
 pub mod placement;
+pub mod preferred;
 pub mod procfile;
 pub mod tree;
 pub mod watchdog;

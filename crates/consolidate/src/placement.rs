@@ -41,9 +41,11 @@ const RESTORE_SWEEPS: usize = 3;
 
 /// The program's threads and the set they run on.
 pub struct Placement {
-    /// The affinity the program started with, in numeric order: the
-    /// active set is always its first n vCPUs.
+    /// The affinity the program started with, in numeric order.
     start: Vec<u32>,
+    /// Its vCPUs in the order they join the active set (crate::preferred):
+    /// the set of n is the first n.
+    join_order: Vec<u32>,
     /// The set given now, and the one before it (a thread created while
     /// the set changed inherits either).
     current: Vec<u32>,
@@ -56,10 +58,17 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// `start`: the mask the program starts with. `journal`: the watchdog
-    /// that puts threads back if vsched is killed.
-    pub fn new(mut start: Vec<u32>, mut journal: Option<Journal>) -> Placement {
+    /// `start`: the mask the program starts with. `preferred`: the
+    /// kernel's preferred CPUs, if it says (crate::preferred), which join
+    /// the set first. `journal`: the watchdog that puts threads back if
+    /// vsched is killed.
+    pub fn new(
+        mut start: Vec<u32>,
+        preferred: Option<&[u32]>,
+        mut journal: Option<Journal>,
+    ) -> Placement {
         start.sort_unstable();
+        let join_order = crate::preferred::join_order(&start, preferred);
         if let Some(j) = journal.as_mut() {
             j.start(&start);
         }
@@ -67,6 +76,7 @@ impl Placement {
             current: start.clone(),
             previous: start.clone(),
             start,
+            join_order,
             threads: HashMap::new(),
             processes: HashSet::new(),
             journal,
@@ -74,9 +84,13 @@ impl Placement {
         }
     }
 
-    /// The vCPUs an active set of `n` is (the first `n` of the start mask).
+    /// The vCPUs an active set of `n` is (the first `n` to join).
     pub fn set_of(&self, n: usize) -> Vec<u32> {
-        self.start[..n.clamp(1, self.start.len())].to_vec()
+        let mut set = self.join_order[..n.clamp(1, self.join_order.len())].to_vec();
+        // In numeric order, as the kernel reports an affinity: a thread's
+        // mask is compared with the sets vsched gave.
+        set.sort_unstable();
+        set
     }
 
     pub fn max(&self) -> usize {
@@ -231,6 +245,16 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
+    #[test]
+    fn the_kernels_preferred_vcpus_make_the_narrow_sets() {
+        let p = Placement::new(vec![3, 1, 0, 2], Some(&[2, 3]), None);
+        assert_eq!(p.set_of(1), [2]);
+        assert_eq!(p.set_of(2), [2, 3]);
+        assert_eq!(p.set_of(3), [0, 2, 3], "then the lowest-numbered");
+        assert_eq!(p.set_of(4), [0, 1, 2, 3]);
+        assert_eq!(Placement::new(vec![1, 0], None, None).set_of(1), [0]);
+    }
+
     /// Regression: a thread created by a narrowed thread between two walks
     /// inherits the narrowed set without vsched knowing it; the end's sweep
     /// must give it back too.
@@ -264,7 +288,7 @@ mod tests {
             }
         });
         let parent_tid = tid_rx.recv().unwrap();
-        let mut p = Placement::new(cpus.clone(), None);
+        let mut p = Placement::new(cpus.clone(), None, None);
         p.apply(
             &[Task {
                 pid,
