@@ -964,6 +964,22 @@ fn bvs_run(flag: &str, marker: &str) -> String {
     )
 }
 
+/// Each vCPU's available share (permille) and typical inactive episode
+/// (µs) in the summary's last model: what the layout made of the vCPUs.
+fn availability(summary: &Value) -> Vec<(u64, u64)> {
+    summary["model"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a model in {summary:#}"))
+        .iter()
+        .map(|m| {
+            (
+                m["available_permille"].as_u64().unwrap_or(0),
+                m["episode_mean_us"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
 /// Which vCPUs the summary's last model marks low-latency.
 fn low_latency_vcpus(summary: &Value) -> Vec<bool> {
     summary["model"]
@@ -1025,7 +1041,8 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         // Visible with --nocapture: the contrast this guest showed.
         println!(
             "bvs attempt {attempt}: {share}% of requests on vCPU 0 with BVS, {control}% without; \
-             low-latency at the end: {low:?}"
+             low-latency at the end: {low:?}; (available permille, mean episode us): {:?}",
+            availability(&summary)
         );
         if bvs_effect_shown(&low, share, control) {
             showing += 1;
