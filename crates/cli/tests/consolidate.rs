@@ -178,6 +178,55 @@ fn sigkill_of_vsched_gives_the_programs_threads_their_cpus_back() {
     );
 }
 
+/// The narrowed set of a blocking program (the first test's) under
+/// `vsched run --consolidate`, read from its threads while it runs, with
+/// the report after `marker`; `before` runs first in the same shell.
+fn narrowed_set_script(before: &str, marker: &str) -> String {
+    format!(
+        "{before} vsched run --consolidate --consolidate-json /tmp/{marker}.json -- \
+         schedbench barrier 2 60000 200 > /dev/null & V=$!; P=; \
+         for i in $(seq 100); do for c in $(cat /proc/$V/task/*/children); do grep -qs schedbench /proc/$c/comm && P=$c; done; [ -n \"$P\" ] && break; sleep 0.1; done; \
+         for i in $(seq 100); do N=$(grep -hE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status | head -1 | awk '{{print $2}}'); [ -n \"$N\" ] && break; sleep 0.1; done; \
+         echo \"{marker} narrowed to $N\"; wait $V; echo @{marker}; cat /tmp/{marker}.json; "
+    )
+}
+
+/// Where the kernel publishes its preferred CPUs
+/// (/sys/devices/system/cpu/preferred, steal-time CPU folding), a
+/// narrowed set is made of them: with a preference for vCPU 1, the
+/// blocking program narrows onto vCPU 1, and without one (the control,
+/// the same guest) onto vCPU 0. No lab kernel has the file, so the guest
+/// writes one on a tmpfs over /sys/devices/system/cpu for that run.
+#[test]
+fn a_narrowed_set_is_made_of_the_kernels_preferred_vcpus() {
+    let _guard = common::serial();
+    let fake =
+        "mount -t tmpfs none /sys/devices/system/cpu && echo 0-1 > /sys/devices/system/cpu/online \
+                && echo 1 > /sys/devices/system/cpu/preferred &&";
+    let preferred = narrowed_set_script(fake, "preferred") + "umount /sys/devices/system/cpu; ";
+    let control = narrowed_set_script("", "control");
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&preferred, &control]);
+    let (with, without) = (&out[0].1, &out[1].1);
+    println!("{with}\n{without}");
+    let report = summary_after(with, "@preferred");
+    assert_eq!(
+        report["preferred_cpus"],
+        serde_json::json!([1]),
+        "{report:#}"
+    );
+    assert!(
+        with.contains("preferred narrowed to 1\n"),
+        "narrowed onto the preferred vCPU: {with}"
+    );
+    let report = summary_after(without, "@control");
+    assert_eq!(report["preferred_cpus"], Value::Null, "{report:#}");
+    assert!(
+        without.contains("control narrowed to 0\n"),
+        "without a preference, onto the lowest-numbered: {without}"
+    );
+}
+
 /// On this machine, no guest: the program's exit status passes through,
 /// the report is written, and the report's file needs `--consolidate`.
 #[test]
