@@ -81,7 +81,7 @@ pub fn summary(r: &Report) -> String {
         r.vsched_cpu_s
     ) + &match &r.preferred_cpus {
         Some(p) => format!(
-            "; the kernel prefers vCPUs {}, which joined the set first",
+            "; the kernel prefers vCPUs {} (they join the set first)",
             vsched_model::cpulist::format_cpu_list(p)
         ),
         None => String::new(),
