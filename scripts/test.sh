@@ -72,7 +72,13 @@ for version in "${kernels[@]}"; do
   [ "$version" = "$default_kernel" ] && continue
   if [ "$version" = "$oldest" ] || [ "$version" = "$newest" ]; then
     echo "== the scheduler's lab tests on Linux $version"
-    skip=(--skip bench_sched_runs_every_variant_of_a_scenario --skip bench_sync_in_a_guest_runs_each_pairing)
+    # The BVS test and its control judge a statistical effect over lab
+    # guests that host noise moves (docs/sched.md, "Known weaknesses"): on
+    # the default kernel only, so that one noisy spell has one chance to
+    # fail the suite, not three. BVS, on by default, still runs in every
+    # other scheduler test on these kernels.
+    skip=(--skip bench_sched_runs_every_variant_of_a_scenario --skip bench_sync_in_a_guest_runs_each_pairing
+          --skip bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu --skip bvs_test_procedure_fails_with_bvs_off)
     VSCHED_TEST_KERNEL_VERSION=$version cargo test --release -p vsched --test sched --test sched_faults --test channel \
       -- "${skip[@]}"
   else
