@@ -244,8 +244,10 @@ pub struct RunArgs {
     /// Run the program's threads on as few of vsched's vCPUs as their work
     /// needs (Gleaner's consolidation, by CPU affinity: for kernels without
     /// sched_ext; `vsched sched --consolidate` is the scheduler's form).
-    /// Threads the program places itself are left alone; every thread gets
-    /// its CPUs back on exit, Ctrl-C, and from a watchdog after SIGKILL
+    /// The vCPUs the kernel prefers (/sys/devices/system/cpu/preferred,
+    /// where it folds CPUs by steal time) are used first. Threads the
+    /// program places itself are left alone; every thread gets its CPUs
+    /// back on exit, Ctrl-C, and from a watchdog after SIGKILL
     #[arg(long)]
     consolidate: bool,
 
