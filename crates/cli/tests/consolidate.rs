@@ -126,19 +126,25 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     );
 }
 
+/// Shell: $P, the schedbench process among the children of vsched ($V),
+/// polled for up to 10 s (the watchdog is a child too, and on a slow host
+/// a guest took more than 0.2 s to start the program).
+const FIND_PROGRAM: &str = "for i in $(seq 100); do for c in $(cat /proc/$V/task/*/children); do \
+                            grep -qs schedbench /proc/$c/comm && P=$c; done; [ -n \"$P\" ] && break; sleep 0.1; done;";
+
 /// SIGKILL of vsched while the program runs narrowed: the watchdog gives
 /// every thread of the program its CPUs back (the program goes on). The
 /// program is the test above's 2-thread barrier, which one vCPU runs
 /// about 4x faster than two, so that it narrows on a slow host too. It is
 /// found among vsched's children by name (the watchdog is one too), polled
-/// for: on a slow host a guest took more than 0.2 s to start it.
+/// for (FIND_PROGRAM).
 #[test]
 fn sigkill_of_vsched_gives_the_programs_threads_their_cpus_back() {
     let _guard = common::serial();
     let allowed = "grep -h Cpus_allowed_list /proc/$P/task/*/status | awk '{print $2}' | sort | uniq -c | tr -s ' \\n' ' '";
     let script = format!(
         "vsched run --consolidate -- schedbench barrier 2 400000 200 > /dev/null & V=$!; \
-         for i in $(seq 100); do for c in $(cat /proc/$V/task/*/children); do grep -qs schedbench /proc/$c/comm && P=$c; done; [ -n \"$P\" ] && break; sleep 0.1; done; \
+         {FIND_PROGRAM} \
          for i in $(seq 100); do grep -qE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status && break; sleep 0.1; done; \
          echo \"narrowed: $({allowed})\"; \
          kill -9 $V; \
@@ -185,7 +191,7 @@ fn narrowed_set_script(before: &str, marker: &str) -> String {
     format!(
         "{before} vsched run --consolidate --consolidate-json /tmp/{marker}.json -- \
          schedbench barrier 2 60000 200 > /dev/null & V=$!; P=; \
-         for i in $(seq 100); do for c in $(cat /proc/$V/task/*/children); do grep -qs schedbench /proc/$c/comm && P=$c; done; [ -n \"$P\" ] && break; sleep 0.1; done; \
+         {FIND_PROGRAM} \
          for i in $(seq 100); do N=$(grep -hE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status | head -1 | awk '{{print $2}}'); [ -n \"$N\" ] && break; sleep 0.1; done; \
          echo \"{marker} narrowed to $N\"; wait $V; echo @{marker}; cat /tmp/{marker}.json; "
     )
