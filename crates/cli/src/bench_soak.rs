@@ -21,8 +21,9 @@ WHAT IT RUNS
                         scx_bpfland; --scx-bpfland PATH, or built once with
                         `bash scripts/install-scx.sh`)
     vsched-fifo         vsched's minimal FIFO reference mode, no probers
-    vsched              `vsched sched --interval 60s` (a long hold reports
-                        its counter line with its memory and CPU each minute)
+    vsched              `vsched sched -q --interval 60s --interval-json F`
+                        (a long hold reports its counters, from F, with its
+                        memory and CPU each minute)
     vsched-no-rwc, -no-capacity, -no-bvs, -no-ivh, -no-probe
                         vsched with one mechanism off
   Guests of the variants alternate. A guest kernel panic ends that guest and

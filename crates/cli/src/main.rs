@@ -16,6 +16,7 @@ mod probe_plot;
 mod progress;
 mod render;
 mod sched_cmd;
+mod sched_interval;
 mod sched_program;
 mod signals;
 mod spin_cmd;

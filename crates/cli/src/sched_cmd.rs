@@ -3,6 +3,7 @@
 //! SIGTERM or when the program it was started for exits.
 
 use crate::args::parse_duration;
+use crate::sched_interval::IntervalLog;
 use crate::sched_program::Program;
 use crate::signals;
 use anyhow::{Context, Result};
@@ -60,8 +61,14 @@ pub struct SchedArgs {
     light_window: Duration,
 
     /// Print the counters this often (0 statistics lines with --quiet)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
+
+    /// Write each --interval's counters to FILE as a JSON line (also with
+    /// --quiet): the counts over that interval, for scripts that follow a
+    /// long run. FILE is truncated at start and kept at exit
+    #[arg(long, value_name = "FILE")]
+    interval_json: Option<PathBuf>,
 
     /// No live statistics, only the summary at exit
     #[arg(long, short)]
@@ -364,6 +371,11 @@ fn feed_until_done(
     };
     let mut last_print = Instant::now();
     let mut printed = session.totals()?;
+    let mut interval_log = args
+        .interval_json
+        .as_deref()
+        .map(IntervalLog::create)
+        .transpose()?;
     loop {
         match session.check() {
             // Loaded as of now: ready once the first model came (the
@@ -407,13 +419,20 @@ fn feed_until_done(
             fed.program_exit_code = program.finish(ready.written)?;
             return Ok(fed);
         }
-        if !args.quiet && last_print.elapsed() >= args.interval {
+        if (!args.quiet || interval_log.is_some()) && last_print.elapsed() >= args.interval {
             let now = session.totals()?;
-            print_line(
-                &now.since(&printed),
-                started.elapsed(),
-                session.model_updates(),
-            );
+            let delta = now.since(&printed);
+            if !args.quiet {
+                print_line(&delta, started.elapsed(), session.model_updates());
+            }
+            if let Some(log) = &mut interval_log {
+                log.write(
+                    &delta,
+                    started.elapsed(),
+                    last_print.elapsed(),
+                    session.model_updates(),
+                )?;
+            }
             printed = now;
             last_print = Instant::now();
         }
@@ -477,6 +496,18 @@ fn describe(models: &[vsched_sched::VcpuModel]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// More than zero: the loop would otherwise write a line every 100 ms
+/// pass, whatever was asked.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "{s}: the interval must be longer than 0 (use --quiet for no lines)"
+        ));
+    }
+    Ok(d)
 }
 
 /// A command name as the kernel keeps it: 1-15 bytes, no '/'.

@@ -65,7 +65,11 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
                echo \"status $?\"; [ -e /tmp/r.json ] && echo '@ready file left' ; cat /sys/kernel/sched_ext/state";
     let at_once = "vsched sched -q --start-at-once --ready-file /tmp/r2.json --stats-json /tmp/s2.json \
                    -- sh -c '[ -s /tmp/r2.json ] || echo @at-once-before-model'; echo @at-once; cat /tmp/s2.json";
-    let out = run_in_guest("sched/two-free", &[cmd, at_once]);
+    let intervals = "vsched sched -q --interval 200ms --interval-json /tmp/i.jsonl \
+                     --stats-json /tmp/s3.json -- sleep 1.5; echo @intervals; cat /tmp/i.jsonl; \
+                     echo @summary; cat /tmp/s3.json";
+    let out = run_in_guest("sched/two-free", &[cmd, at_once, intervals]);
+    check_interval_lines(&out[2].1);
     let (_, text) = &out[0];
     assert!(
         text.contains("@model-in-at-start"),
@@ -119,6 +123,58 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("-v says what the verifier went through: {text}"));
     assert!(verified > 5_000, "verified instructions {verified}: {text}");
+}
+
+/// `--interval-json`: a line per interval while the program ran, each the
+/// counts over its own interval, so that they add up to no more than the
+/// summary's totals (lines of running totals would add up to more).
+fn check_interval_lines(text: &str) {
+    let lines: Vec<Value> = text
+        .split("@intervals")
+        .nth(1)
+        .and_then(|rest| rest.split("@summary").next())
+        .unwrap_or_else(|| panic!("no interval lines: {text}"))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}: {text}")))
+        .collect();
+    // 1.5 s of program at 200-300 ms a line (the loop wakes every 100 ms).
+    assert!(lines.len() >= 4, "{} interval lines: {text}", lines.len());
+    let summary = summary_after(text, "@summary");
+    let totals = summary["counters"].as_object().unwrap();
+    let mut sums = std::collections::BTreeMap::<&str, u64>::new();
+    for line in &lines {
+        assert_eq!(line["schema"], "vsched.sched-interval/v1", "{line}");
+        let interval = line["interval_s"].as_f64().unwrap_or(0.0);
+        assert!(
+            (0.2..1.0).contains(&interval),
+            "interval {interval}: {line}"
+        );
+        let counters = line["counters"].as_object().unwrap();
+        assert_eq!(
+            counters.keys().collect::<Vec<_>>(),
+            totals.keys().collect::<Vec<_>>(),
+            "the summary's counters: {line}"
+        );
+        for (name, v) in counters {
+            *sums.entry(name).or_default() += v.as_u64().unwrap();
+        }
+    }
+    let elapsed: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l["elapsed_s"].as_f64())
+        .collect();
+    assert!(elapsed.windows(2).all(|w| w[0] < w[1]), "{elapsed:?}");
+    for (name, sum) in &sums {
+        assert!(
+            *sum <= totals[*name].as_u64().unwrap(),
+            "{name}: the lines add up to {sum}, more than the total: {text}"
+        );
+    }
+    assert!(
+        sums.values().any(|&n| n > 0),
+        "the probers' SCHED_IDLE threads alone queue tasks: {text}"
+    );
 }
 
 /// `vsched daemon --sched`: the daemon loads the scheduler, feeds it the

@@ -56,7 +56,13 @@ pub fn known_variants() -> Vec<Variant> {
             Some("vsched sched -q --reference-fifo --no-probe"),
         ),
         // A counter line a minute (seen by long holds); none in short ones.
-        v("vsched", Some("vsched sched --interval 60s")),
+        v(
+            "vsched",
+            Some(&format!(
+                "vsched sched -q --interval 60s --interval-json {}",
+                script::INTERVAL_JSON
+            )),
+        ),
         v("vsched-no-rwc", Some("vsched sched -q --no-rwc")),
         v("vsched-no-capacity", Some("vsched sched -q --no-capacity")),
         v("vsched-no-bvs", Some("vsched sched -q --no-bvs")),

@@ -17,6 +17,10 @@ pub const MARK: &str = "@@soak";
 /// has stretched it past 10 s (the scheduler benchmark's same wait).
 const STATE_WAIT_TENTHS: u32 = 300;
 
+/// Where a vsched loader writes its counters, a JSON line per interval
+/// (`vsched sched --interval-json`), read while it holds.
+pub const INTERVAL_JSON: &str = "/tmp/soak/interval.jsonl";
+
 /// What one cycle loads: a command started in the background and stopped
 /// with SIGINT, or nothing (the default scheduler, for the control).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +51,7 @@ pub fn guest_script(loader: &Loader, cycles: usize, hold_s: f64) -> String {
             )),
             Loader::Command(cmd) => s.push_str(&format!(
                 "echo \"{MARK} load {i} $(ms)\"\n\
+                 rm -f {INTERVAL_JSON}\n\
                  {cmd} >/tmp/soak/loader.log 2>&1 & S=$!\n\
                  if wait_state enabled; then st=enabled; else st=not-enabled; fi\n\
                  echo \"{MARK} loaded {i} $st $(ms)\"\n\
@@ -79,12 +84,11 @@ const USAGE_EVERY_S: f64 = 60.0;
 /// reported at its start and every [`USAGE_EVERY_S`]: "@@soak usage
 /// UPTIME_MS RSS_KB CPU_TICKS" (utime + stime, at USER_HZ = 100).
 fn hold_reporting_usage(hold_s: f64) -> String {
-    // With the usage, the loader's last counter line (`vsched sched`
-    // without -q prints one every --interval: "  60.0s name=N ..."), if
-    // it printed one: its counts over the last interval.
+    // With the usage, the loader's last interval line (`vsched sched
+    // --interval-json`), if it wrote one: its counts over that interval.
     let usage = format!(
         "echo \"{MARK} usage $(ms) $(awk '/^VmRSS/ {{print $2}}' /proc/$S/status 2>/dev/null || echo 0) $(awk '{{print $14 + $15}}' /proc/$S/stat 2>/dev/null || echo 0)\"\n\
-         echo \"{MARK} counters $(ms) $(grep -E '^ *[0-9.]+s [a-z_]+=' /tmp/soak/loader.log | tail -1)\"\n"
+         echo \"{MARK} counters $(ms) $(tail -1 {INTERVAL_JSON} 2>/dev/null)\"\n"
     );
     let mut s = usage.clone();
     let mut left = hold_s;
@@ -267,19 +271,12 @@ pub fn parse(output: &str) -> GuestLog {
                 }
             }
             Some("counters") => {
-                let at_ms = w.next().and_then(|x| x.parse().ok());
-                let loader_s = w
-                    .next()
-                    .and_then(|x| x.strip_suffix('s'))
-                    .and_then(|x| x.parse().ok());
-                let values: std::collections::BTreeMap<String, u64> = w
-                    .filter_map(|kv| kv.split_once('='))
-                    .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-                    .collect();
-                if let (Some(at_ms), Some(loader_s), Some((cycle, _))) =
-                    (at_ms, loader_s, log.open_cycle)
-                {
-                    if !values.is_empty() {
+                // "counters AT_MS JSON": the JSON is the rest of the line.
+                let mut fields = rest["counters".len()..].trim_start().splitn(2, ' ');
+                let at_ms = fields.next().and_then(|x| x.parse().ok());
+                let line = fields.next().map(str::trim);
+                if let (Some(at_ms), Some(line), Some((cycle, _))) = (at_ms, line, log.open_cycle) {
+                    if let Some((loader_s, values)) = interval_counts(line) {
                         log.counters.push(Counters {
                             cycle,
                             at_ms,
@@ -294,6 +291,23 @@ pub fn parse(output: &str) -> GuestLog {
         }
     }
     log
+}
+
+/// A `vsched.sched-interval/v1` line: when it was written (seconds since
+/// the loader started) and its counts, `model_updates` among them; None
+/// for anything else (no line written yet, another schema).
+fn interval_counts(line: &str) -> Option<(f64, std::collections::BTreeMap<String, u64>)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v["schema"] != "vsched.sched-interval/v1" {
+        return None;
+    }
+    let mut values: std::collections::BTreeMap<String, u64> = v["counters"]
+        .as_object()?
+        .iter()
+        .filter_map(|(k, n)| Some((k.clone(), n.as_u64()?)))
+        .collect();
+    values.insert("model_updates".into(), v["model_updates"].as_u64()?);
+    Some((v["elapsed_s"].as_f64()?, values))
 }
 
 /// dmesg lines that say something went wrong: sched_ext's own lines when
@@ -315,8 +329,9 @@ mod tests {
                    @@soak loaded 0 enabled 1400\n\
                    @@soak usage 1450 5120 3\n\
                    @@soak usage 5350 5124 41\n\
-                   @@soak counters 5350    60.0s wake_prev=12 kicks=3 model_updates=60\n\
-                   @@soak counters 5360\n\
+                   @@soak counters 5350 {\"schema\":\"vsched.sched-interval/v1\",\"elapsed_s\":60.0,\"interval_s\":60.0,\"model_updates\":60,\"counters\":{\"wake_prev\":12,\"kicks\":3}}\n\
+                   @@soak counters 5360 \n\
+                   @@soak counters 5370 {\"schema\":\"other/v9\"}\n\
                    @@soak cycle 0 state=enabled exit=0 5400\n\
                    @@soak load 1 5900\n\
                    @@soak loaded 1 enabled 6100\n\
@@ -339,10 +354,12 @@ mod tests {
         assert_eq!(log.work[1].failed, 1);
         assert_eq!(log.loader_said.len(), 1);
         assert_eq!(log.usage[1].cpu_ticks, 41);
-        // A counter line is read; an empty one (no line printed yet) is not.
+        // An interval line is read; an empty one (no line written yet)
+        // and one of another schema are not.
         assert_eq!(log.counters.len(), 1);
         assert_eq!(log.counters[0].loader_s, 60.0);
         assert_eq!(log.counters[0].values["kicks"], 3);
+        assert_eq!(log.counters[0].values["model_updates"], 60);
         assert!(!is_complaint(&log.dmesg[0]));
         assert!(is_complaint(
             "[ 9.0] sched_ext: BPF scheduler \"vsched\" disabled (runtime error)"
