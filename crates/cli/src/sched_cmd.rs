@@ -61,7 +61,7 @@ pub struct SchedArgs {
     light_window: Duration,
 
     /// Print the counters this often (0 statistics lines with --quiet)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
 
     /// Write each --interval's counters to FILE as a JSON line (also with
@@ -153,6 +153,12 @@ pub fn run(args: SchedArgs) -> Result<u8> {
     let started = Instant::now();
     // Before loading: a file an earlier run left must not say ready now.
     let mut ready = ReadyFile::new(args.ready_file.clone());
+    // Before loading too: a path that cannot be written fails here.
+    let mut interval_log = args
+        .interval_json
+        .as_deref()
+        .map(IntervalLog::create)
+        .transpose()?;
     let mut session = Session::start(tunables, &args.latency_sensitive)?;
     announce(&args, &session, &tunables);
     // The probers and the program start once the scheduler runs; the
@@ -166,6 +172,7 @@ pub fn run(args: SchedArgs) -> Result<u8> {
         &reports,
         &mut program,
         &mut ready,
+        &mut interval_log,
         started,
     )?;
     // Not in charge from here on.
@@ -363,6 +370,7 @@ fn feed_until_done(
     reports: &mpsc::Receiver<vsched_model::report::ProbeReport>,
     program: &mut Program,
     ready: &mut ReadyFile,
+    interval_log: &mut Option<IntervalLog>,
     started: Instant,
 ) -> Result<Fed> {
     let mut fed = Fed {
@@ -371,11 +379,6 @@ fn feed_until_done(
     };
     let mut last_print = Instant::now();
     let mut printed = session.totals()?;
-    let mut interval_log = args
-        .interval_json
-        .as_deref()
-        .map(IntervalLog::create)
-        .transpose()?;
     loop {
         match session.check() {
             // Loaded as of now: ready once the first model came (the
@@ -425,13 +428,19 @@ fn feed_until_done(
             if !args.quiet {
                 print_line(&delta, started.elapsed(), session.model_updates());
             }
-            if let Some(log) = &mut interval_log {
-                log.write(
+            if let Some(log) = interval_log {
+                let written = log.write(
                     &delta,
                     started.elapsed(),
                     last_print.elapsed(),
                     session.model_updates(),
-                )?;
+                );
+                // A full disk must not end the scheduler (and whatever
+                // program runs under it): the lines stop, with a word.
+                if let Err(e) = written {
+                    eprintln!("vsched sched: {e:#}; no more interval lines");
+                    *interval_log = None;
+                }
             }
             printed = now;
             last_print = Instant::now();
@@ -496,18 +505,6 @@ fn describe(models: &[vsched_sched::VcpuModel]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// More than zero: the loop would otherwise write a line every 100 ms
-/// pass, whatever was asked.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d.is_zero() {
-        return Err(format!(
-            "{s}: the interval must be longer than 0 (use --quiet for no lines)"
-        ));
-    }
-    Ok(d)
 }
 
 /// A command name as the kernel keeps it: 1-15 bytes, no '/'.

@@ -68,8 +68,25 @@ fn loads_for_a_program_passes_its_exit_status_and_unloads() {
     let intervals = "vsched sched -q --interval 200ms --interval-json /tmp/i.jsonl \
                      --stats-json /tmp/s3.json -- sleep 1.5; echo @intervals; cat /tmp/i.jsonl; \
                      echo @summary; cat /tmp/s3.json";
-    let out = run_in_guest("sched/two-free", &[cmd, at_once, intervals]);
+    // A path that cannot be written is refused before the scheduler loads.
+    let bad_path = "vsched sched -q --interval-json /nonexistent/i.jsonl -- true; \
+                    echo \"@bad-path $? $(cat /sys/kernel/sched_ext/state)\"";
+    // A write that fails (/dev/full: no space) stops the lines, not the
+    // scheduler or its program.
+    let full = "vsched sched -q --interval 200ms --interval-json /dev/full -- sleep 1; \
+                echo \"@full $?\"";
+    let out = run_in_guest("sched/two-free", &[cmd, at_once, intervals, bad_path, full]);
     check_interval_lines(&out[2].1);
+    let bad = &out[3].1;
+    assert!(
+        bad.contains("--interval-json") && bad.contains("@bad-path 2 disabled"),
+        "refused before loading, exit status 2: {bad}"
+    );
+    let full = &out[4].1;
+    assert!(
+        full.matches("no more interval lines").count() == 1 && full.contains("@full 0"),
+        "one warning, and the program's exit status: {full}"
+    );
     let (_, text) = &out[0];
     assert!(
         text.contains("@model-in-at-start"),
@@ -703,7 +720,8 @@ fn refuses_a_second_scheduler_and_a_kernel_without_sched_ext() {
 }
 
 /// Flags are checked before the kernel is (so on any host): a light window
-/// too short to read a share, or one that fills the probe interval.
+/// too short to read a share, or one that fills the probe interval, and a
+/// zero interval.
 #[test]
 fn refuses_light_windows_that_cannot_work() {
     for (args, needle) in [
@@ -712,6 +730,7 @@ fn refuses_light_windows_that_cannot_work() {
             &["sched", "--light-window", "1s"][..],
             "must be shorter than --probe-interval (1s)",
         ),
+        (&["sched", "--interval", "0s"][..], "greater than zero"),
     ] {
         let out = vsched(args);
         let err = String::from_utf8_lossy(&out.stderr);
