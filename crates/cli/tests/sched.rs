@@ -431,23 +431,24 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 /// vCPUs then wake each other far less: the guest's rescheduling and
 /// call-function IPIs (/proc/interrupts RES and CAL) over the run at most
 /// half the default scheduler's in the same guest. The control, the same
-/// scheduler without `--consolidate`, runs in the same guest and must fail
-/// that check (measured 2026-12-03 on 7.2.13, nine runs of each: 0.06-0.17
-/// of the default's IPIs with consolidation, 0.75-0.90 without). Beside
-/// it, a CPU-bound thread per vCPU started after the idle guest's set
-/// narrowed widens it (at once, `unparked`, or by
-/// undoing a narrowing trial its start fell into: a clean-clone suite saw
-/// that path) and runs no slower than 1.25x the default.
+/// scheduler without `--consolidate` (BVS off in both, below), runs in the
+/// same guest and must fail that check (measured 2026-12-03 on 7.2.13,
+/// twelve runs of each: 0.06-0.17 of the default's IPIs with
+/// consolidation, 0.75-0.90 without). Beside it, a CPU-bound thread per
+/// vCPU started after the idle guest's set narrowed widens it (at once,
+/// `unparked`, or by undoing a narrowing trial its start fell into: a
+/// clean-clone suite saw that path) and runs no slower than 1.25x the
+/// default.
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
     // Two threads with ~1 us of work per round, so nearly every round is
     // a wake-up across vCPUs: under the default scheduler one vCPU ran it
     // 1.9x faster than two in this guest (0.59 s against 1.11-1.14 s for
-    // 30000 rounds, 7.2.13). A 4-thread barrier with ~10 us
-    // of work was 1.7x faster on a quiet day but only 1.1-1.2x on a busy
-    // one, when the trials rightly found narrowing no better: whether the
-    // set narrowed was the host's luck.
+    // 30000 rounds, 7.2.13). A 4-thread barrier with ~10 us of work was
+    // 1.7x faster on a quiet day but only 1.1-1.2x on a busy one, when the
+    // trials rightly found narrowing no better: whether the set narrowed
+    // was the host's luck.
     let barrier = "schedbench barrier 2 60000 200";
     // About 1.5 s under the default.
     let cpu_bound = "schedbench cpu 2 1000000000";
