@@ -19,7 +19,7 @@ mod timeline;
 
 pub use plot::timeline_svg;
 pub use scenario::{Goal, Scenario, Timeline, VariantKind, SCENARIOS};
-pub use script::{guest_script, parse_results, timeline_script, RunLine};
+pub use script::{guest_script, parse_results, timeline_script, RunLine, IPIS};
 pub use timeline::{PhaseResult, Series, TimelineResult};
 
 use crate::cprogram::{CProgram, CSource};

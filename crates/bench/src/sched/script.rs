@@ -1,7 +1,9 @@
 //! The shell script a scenario runs in its guest, and the parsing of what
 //! it prints: one line per run, "@@run VARIANT ROUND KEY VALUE...", the
 //! workload's own output (schedbench: "elapsed_s 1.25", or the request
-//! server's percentiles) after the variant and round.
+//! server's percentiles) after the variant and round, and (but in
+//! timelines) "ipis N": the IPIs the guest's vCPUs received over the run,
+//! Gleaner's measure of wake-ups of halted vCPUs.
 
 use super::scenario::{Oracle, Scenario, VariantKind};
 
@@ -23,6 +25,12 @@ const MODEL_WAIT_TENTHS: u32 = 200;
 /// vCPU 0 (`vsched sched -v` "loading took"); a clean-clone suite missed
 /// 30 s there once.
 const STATE_WAIT_TENTHS: u32 = 600;
+
+/// Shell that prints every IPI the guest's vCPUs received so far:
+/// rescheduling (RES: a wake-up sent to another vCPU) and function-call
+/// (CAL) interrupts, every vCPU's column.
+pub const IPIS: &str = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
+                        END {print t + 0}' /proc/interrupts";
 
 /// Result line marker.
 const RUN: &str = "@@run";
@@ -76,6 +84,7 @@ pub(crate) fn common_prelude() -> String {
     format!(
         "wait_state() {{ for i in $(seq {STATE_WAIT_TENTHS}); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; echo \"sched_ext did not become $1 within {} s (state: $(cat /sys/kernel/sched_ext/state))\"; return 1; }}\n\
          wait_ready() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do [ -s {READY_FILE} ] && return 0; sleep 0.1; done; echo 'vsched sched did not say it was ready (no model reached the scheduler)'; return 1; }}\n\
+         counted() {{ a=$({IPIS}); o=$(\"$@\"); b=$({IPIS}); echo \"$o ipis $((b - a))\"; }}\n\
          T0=$(cut -d' ' -f1 /proc/uptime)\n\
          wait_until() {{ while awk -v t0=$T0 -v d=$1 '{{exit !($1 < t0 + d)}}' /proc/uptime; do sleep 0.02; done; }}\n",
         STATE_WAIT_TENTHS / 10
@@ -119,7 +128,9 @@ fn push_run(
     let in_work = if s.daemon { "in_work " } else { "" };
     let workload = format!("{in_work}schedbench {}", s.workload.join(" "));
     let wait = start_at_s.map_or(String::new(), |t| format!("wait_until {t}; "));
-    let report = |cmd: &str| format!("{wait}echo \"{RUN} {label} {round} $({cmd})\"\n");
+    // A timeline's output is its series, read by position: no count there.
+    let counted = if s.timeline.is_none() { "counted " } else { "" };
+    let report = |cmd: &str| format!("{wait}echo \"{RUN} {label} {round} $({counted}{cmd})\"\n");
     match kind {
         VariantKind::Default => out.push_str(&report(&workload)),
         VariantKind::Oracle(Oracle::Pinned(cpus)) => out.push_str(&report(&format!(
@@ -270,7 +281,7 @@ mod tests {
         let ivh = SCENARIOS.iter().find(|s| s.name == "ivh-1").unwrap();
         let script = guest_script(ivh, 0..1);
         assert!(
-            script.contains("@@run oracle 0 $(schedbench rotate 1 400000000 4000 0,1,2,3)"),
+            script.contains("@@run oracle 0 $(counted schedbench rotate 1 400000000 4000 0,1,2,3)"),
             "{script}"
         );
         // Only the cpu workload knows how to rotate.
@@ -279,6 +290,25 @@ mod tests {
                 assert_eq!(s.workload[0], "cpu", "{}", s.name);
             }
         }
+    }
+
+    /// Every run but a timeline's counts the IPIs its vCPUs received, as
+    /// a value of its own beside the workload's.
+    #[test]
+    fn runs_count_their_ipis_except_in_timelines() {
+        for s in SCENARIOS.iter() {
+            let script = match s.timeline {
+                Some(t) => timeline_script(s, t.lead_s, 0, 0),
+                None => guest_script(s, 0..1),
+            };
+            let runs: Vec<&str> = script.lines().filter(|l| l.contains(RUN)).collect();
+            assert!(!runs.is_empty(), "{}: {script}", s.name);
+            let counting = runs.iter().filter(|l| l.contains("$(counted ")).count();
+            let expected = if s.timeline.is_some() { 0 } else { runs.len() };
+            assert_eq!(counting, expected, "{}: {script}", s.name);
+        }
+        let (runs, _) = parse_results("@@run default 0 elapsed_s 2.5 ipis 4100\n");
+        assert_eq!(runs[0].get("ipis"), Some(4100.0));
     }
 
     #[test]
