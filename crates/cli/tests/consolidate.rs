@@ -7,7 +7,8 @@
 mod common;
 
 use common::lab::{
-    layout_with_schedbench, marked_value as value, run_counting_ipis as run, run_in_guest,
+    blocking_program, layout_with_schedbench, marked_value as value, run_counting_ipis as run,
+    run_in_guest,
 };
 use common::summary_after;
 use serde_json::Value;
@@ -18,35 +19,33 @@ fn count(report: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count {name}: {report:#}"))
 }
 
-/// The blocking program (2 threads meeting at a barrier after ~1 us of
-/// work each, so nearly every round is a wake-up across vCPUs, Gleaner's
-/// Table 1 cost) ran 3.8-4.5x faster on one vCPU than on two in this
-/// guest: consolidated, it runs on fewer vCPUs and its vCPUs wake each
-/// other at most half as often as under the default placement in the same
-/// guest. (4 threads with ~10 us of work were only 1.1-1.2x faster on one
-/// vCPU on a slow day, about what the user-level form's own readings take
-/// from the one vCPU it keeps under the emulator, docs/sched.md: whether a
+/// The blocking program (common::lab::blocking_program, 8 s) ran 3.8-4.5x
+/// faster on one vCPU than on two in this guest: consolidated, it runs on
+/// fewer vCPUs and its vCPUs wake each other at most half as often as
+/// under the default placement in the same guest over the same time. (4
+/// threads with ~10 us of work were only 1.1-1.2x faster on one vCPU on a
+/// slow day, about what the user-level form's own readings take from the
+/// one vCPU it keeps under the emulator, docs/sched.md: whether a
 /// narrowing held was the host's luck.) The control is the same command
 /// without `--consolidate` (`vsched run` alone), which must fail that
-/// check. Then a program whose blocking phase narrows the set and whose
-/// CPU-bound phase (a thread per vCPU) must widen it again, and run that
-/// phase no slower than 1.25x the default's.
+/// check. Then a program whose blocking phase (the same program, 4 s)
+/// narrows the set and whose CPU-bound phase (a thread per vCPU) must
+/// widen it again, and run that phase no slower than 1.25x the default's.
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
-    // 5-9 s under the default placement, 2-2.4 s on one vCPU.
-    let barrier = "schedbench barrier 2 60000 200";
+    let barrier = blocking_program(8);
     // 1.5-5 s under the default, by the host's load.
     let cpu_bound = "schedbench cpu 2 1000000000";
     let consolidated = "vsched run --consolidate --consolidate-json /tmp/consolidated.json --";
-    let blocking = run("", barrier, "default")
-        + &run(consolidated, barrier, "consolidated")
+    let blocking = run("", &barrier, "default")
+        + &run(consolidated, &barrier, "consolidated")
         + "echo @consolidated; cat /tmp/consolidated.json; "
-        + &run("vsched run --", barrier, "control");
+        + &run("vsched run --", &barrier, "control");
     let phases = run("", cpu_bound, "default-cpu")
         + &run(
             "vsched run --consolidate --consolidate-json /tmp/phases.json --",
-            &format!("sh -c 'schedbench barrier 4 20000 2000 >/dev/null; {cpu_bound}'"),
+            &format!("sh -c '{} >/dev/null; {cpu_bound}'", blocking_program(4)),
             "phases",
         )
         + "echo @phases; cat /tmp/phases.json; ";
@@ -59,18 +58,19 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     let without = value(text, "control ipis");
     let report = summary_after(text, "@consolidated");
     let mean_active = report["mean_active"].as_f64().unwrap_or(f64::NAN);
+    let rounds_per_s = |marker: &str| 1.0 / value(text, &format!("{marker} s_per_round"));
     println!(
         "IPIs: default {default_ipis}, consolidated {with}, control {without}; \
-         mean active vCPUs {mean_active:.2}; elapsed: default {}, consolidated {}, control {}",
-        value(text, "default elapsed_s"),
-        value(text, "consolidated elapsed_s"),
-        value(text, "control elapsed_s"),
+         mean active vCPUs {mean_active:.2}; rounds/s: default {:.0}, consolidated {:.0}, control {:.0}",
+        rounds_per_s("default"),
+        rounds_per_s("consolidated"),
+        rounds_per_s("control"),
     );
     assert!(
         count(&report, "trials_narrowed") >= 1 && mean_active < 1.75,
         "the blocking program ran on fewer vCPUs: {report:#}"
     );
-    // The two barrier threads and the main thread (in pthread_join).
+    // The two barrier threads and the main thread (sampling the rounds).
     assert!(
         report["placement"]["threads_placed"].as_u64() >= Some(3),
         "every thread was placed: {report:#}"
@@ -190,10 +190,11 @@ fn sigkill_of_vsched_gives_the_programs_threads_their_cpus_back() {
 fn narrowed_set_script(before: &str, marker: &str) -> String {
     format!(
         "{before} vsched run --consolidate --consolidate-json /tmp/{marker}.json -- \
-         schedbench barrier 2 60000 200 > /dev/null & V=$!; P=; \
+         {} > /dev/null & V=$!; P=; \
          {FIND_PROGRAM} \
          for i in $(seq 100); do N=$(grep -hE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status | head -1 | awk '{{print $2}}'); [ -n \"$N\" ] && break; sleep 0.1; done; \
-         echo \"{marker} narrowed to $N\"; wait $V; echo @{marker}; cat /tmp/{marker}.json; "
+         echo \"{marker} narrowed to $N\"; wait $V; echo @{marker}; cat /tmp/{marker}.json; ",
+        blocking_program(8)
     )
 }
 

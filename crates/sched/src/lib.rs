@@ -18,12 +18,15 @@
 //! * [`stats`]: the BPF side's counters, declared as data.
 //! * [`policy`]: the BPF side's consolidation decisions, compiled for the
 //!   host, for consolidation without sched_ext.
+//! * [`preferred`]: the kernel's preferred-CPU mask, which both forms of
+//!   consolidation respect.
 
 pub mod channel;
 pub mod error;
 pub mod loader;
 pub mod model;
 pub mod policy;
+pub mod preferred;
 pub mod preflight;
 pub mod session;
 pub mod stats;

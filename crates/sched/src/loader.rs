@@ -384,13 +384,21 @@ mod tests {
             episode_mean_us: 1500,
             available_permille: 640,
             low_latency: false,
+            preferred: true,
             stack_mates: (1 << 33) | 1,
         };
         let bytes = model_value(&m);
         let word = |i: usize| u32::from_ne_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap());
         assert_eq!(
-            [word(0), word(2), word(3), word(5), word(6)],
-            [700, 1500, 640, 1, 2]
+            [word(0), word(2), word(3), word(4), word(5), word(6)],
+            [
+                700,
+                1500,
+                640,
+                crate::bpf_intf::vs_vcpu_flags_VS_VCPU_PREFERRED,
+                1,
+                2
+            ]
         );
     }
 

@@ -6,6 +6,9 @@
 //! BVS prefers low-latency vCPUs: those whose typical (median) inactive
 //! episode is within [`LOW_LATENCY_RATIO`] of the shortest among the
 //! visible vCPUs, or shorter than [`SHORT_EPISODE_US`] anyway.
+//!
+//! Consolidation parks first the vCPUs the kernel leaves out of its
+//! preferred-CPU mask, where it has one ([`mark_preferred`]).
 
 use serde::Serialize;
 use vsched_model::report::ProbeReport;
@@ -38,6 +41,9 @@ pub struct VcpuModel {
     pub available_permille: u32,
     /// Among the VM's shortest inactive episodes: BVS's first choice.
     pub low_latency: bool,
+    /// Listed in the kernel's preferred-CPU mask (crate::preferred);
+    /// false for every vCPU where the kernel has no mask.
+    pub preferred: bool,
     /// Bit n set: vCPU n shares a host CPU with this one (IVH prefers a
     /// target whose host CPU runs no other normal task). vCPUs from 64 on, beyond
     /// the BPF side's VS_MAX_CPUS, are left out. In JSON: the list of
@@ -55,11 +61,15 @@ fn cpus_of_mask<S: serde::Serializer>(mask: &u64, s: S) -> Result<S::Ok, S::Erro
 impl VcpuModel {
     /// intf.h's `vs_vcpu_flags` bits.
     pub fn flag_bits(&self) -> u32 {
+        use crate::bpf_intf as flag;
+        let mut bits = 0;
         if self.low_latency {
-            crate::bpf_intf::vs_vcpu_flags_VS_VCPU_LOW_LATENCY
-        } else {
-            0
+            bits |= flag::vs_vcpu_flags_VS_VCPU_LOW_LATENCY;
         }
+        if self.preferred {
+            bits |= flag::vs_vcpu_flags_VS_VCPU_PREFERRED;
+        }
+        bits
     }
 }
 
@@ -97,6 +107,7 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
                     .available_pct
                     .map_or(0, |pct| (pct * 10.0).round().clamp(1.0, 1000.0) as u32),
                 low_latency: false,
+                preferred: false,
                 stack_mates: v
                     .stacked_with
                     .iter()
@@ -107,6 +118,14 @@ pub fn from_report(report: &ProbeReport, rwc: bool) -> Vec<VcpuModel> {
         .collect();
     mark_low_latency(report, &mut models);
     models
+}
+
+/// Marks the vCPUs the kernel's preferred-CPU mask lists (None: the
+/// kernel has none, and no vCPU is marked).
+pub fn mark_preferred(models: &mut [VcpuModel], preferred: Option<&[u32]>) {
+    for m in models {
+        m.preferred = preferred.is_some_and(|p| p.contains(&m.cpu));
+    }
 }
 
 /// A vCPU's typical inactive episode in µs: the median (the mean in reports
@@ -194,6 +213,26 @@ mod tests {
     fn without_rwc_nothing_is_hidden() {
         let r = report(vec![vcpu(0, 1024, false, &[1]), vcpu(1, 100, true, &[0])]);
         assert!(hidden(&from_report(&r, false)).is_empty());
+    }
+
+    /// The kernel's preferred vCPUs reach the BPF side as a flag, and a
+    /// kernel without the mask marks none (all equal to consolidation).
+    #[test]
+    fn the_kernels_preferred_vcpus_are_flagged_and_none_without_a_mask() {
+        let r = report(vec![vcpu(0, 1024, false, &[]), vcpu(1, 1024, false, &[])]);
+        let mut m = from_report(&r, true);
+        let preferred_bit = crate::bpf_intf::vs_vcpu_flags_VS_VCPU_PREFERRED;
+        mark_preferred(&mut m, Some(&[1, 7]));
+        assert_eq!(
+            m.iter().map(|v| v.preferred).collect::<Vec<_>>(),
+            [false, true]
+        );
+        assert_eq!(m[1].flag_bits() & preferred_bit, preferred_bit);
+        assert_eq!(m[0].flag_bits() & preferred_bit, 0);
+        mark_preferred(&mut m, None);
+        assert!(m
+            .iter()
+            .all(|v| !v.preferred && v.flag_bits() & preferred_bit == 0));
     }
 
     fn with_episodes(mut v: VcpuReport, p50_us: f64) -> VcpuReport {

@@ -158,11 +158,16 @@ impl Session {
     }
 
     /// Turns a probe report into the model (with RWC's choice if RWC is
-    /// on) and writes it to the scheduler, if loaded. True when what RWC
+    /// on, and the kernel's preferred-CPU mask as it is now) and writes it
+    /// to the scheduler, if loaded. True when what RWC
     /// hides changed, or this is the first model: the event a user, or a
     /// benchmark waiting for the model, looks for.
     pub fn feed(&mut self, report: &ProbeReport) -> Result<bool, SchedError> {
-        let new = model::from_report(report, self.tunables.rwc);
+        let mut new = model::from_report(report, self.tunables.rwc);
+        // Read at every report: the kernel moves the mask as steal time
+        // changes (a sysfs read, nothing beside a probe step).
+        let preferred = crate::preferred::read(std::path::Path::new(crate::preferred::KERNEL_FILE));
+        model::mark_preferred(&mut new, preferred.as_deref());
         if let Some(s) = &self.current {
             s.update_model(&new)?;
         }

@@ -11,7 +11,8 @@
  * The vCPUs left out are "parked": visible() treats them as RWC's hidden
  * ones (no normal task is placed or queued there, their queued tasks are
  * taken by the others), and they still run SCHED_IDLE work and bound
- * tasks.
+ * tasks. A vCPU the kernel leaves out of its preferred-CPU mask, where
+ * it has one, is parked before any it lists (vs_park_first).
  *
  * A period timer moves the set by trials: while the active vCPUs idle, it
  * parks the weakest and keeps it parked unless the normal tasks' wake-up
@@ -59,10 +60,13 @@ struct consolidate_scan {
 	s32 weakest;
 	u32 weakest_score;
 	u32 weakest_short;
-	/* The weakest by capacity alone: counted when the episodes chose
-	 * another (VS_STAT_CHOSEN_BY_EPISODES). */
+	u32 weakest_preferred;
+	/* The weakest by capacity (and the kernel's preference) alone:
+	 * counted when the episodes chose another
+	 * (VS_STAT_CHOSEN_BY_EPISODES). */
 	s32 weakest_by_capacity;
 	u32 weakest_capacity_score;
+	u32 weakest_capacity_preferred;
 };
 
 /*
@@ -125,18 +129,29 @@ static bool short_episodes(s32 cpu)
 	return m && m->capacity && (m->flags & VS_VCPU_LOW_LATENCY);
 }
 
+/* Whether the kernel's preferred-CPU mask lists `cpu` (no vCPU is listed
+ * where the kernel has no mask). */
+static bool kernel_prefers(s32 cpu)
+{
+	const struct vcpu_model *m = model_of(cpu);
+
+	return m && (m->flags & VS_VCPU_PREFERRED);
+}
+
 /*
- * The parked vCPU to give back first (vs_unpark_rather) of those RWC
+ * The parked vCPU to give back first (vs_unpark_first) of those RWC
  * leaves usable and `p` (NULL: any task) may run on, or -1;
- * `*by_episodes`: whether capacity alone would have chosen another.
+ * `*by_episodes`: whether capacity (and the kernel's preference) alone
+ * would have chosen another.
  */
 static s32 strongest_parked(const struct task_struct *p, bool *by_episodes)
 {
-	u32 best_score = 0, best_short = 0, cap_score = 0;
+	u32 best_score = 0, best_short = 0, best_pref = 0;
+	u32 cap_score = 0, cap_pref = 0;
 	s32 best = -1, by_capacity = -1, cpu;
 
 	bpf_for(cpu, 0, nr_cpus) {
-		u32 s, sh;
+		u32 s, sh, pf;
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
@@ -145,15 +160,20 @@ static s32 strongest_parked(const struct task_struct *p, bool *by_episodes)
 			continue;
 		s = score(cpu);
 		sh = short_episodes(cpu);
-		if (best < 0 || vs_unpark_rather(s, sh, best_score, best_short,
-						 consolidate_by_episodes)) {
+		pf = kernel_prefers(cpu);
+		if (best < 0 || vs_unpark_first(pf, s, sh, best_pref, best_score,
+						best_short,
+						consolidate_by_episodes)) {
 			best = cpu;
 			best_score = s;
 			best_short = sh;
+			best_pref = pf;
 		}
-		if (by_capacity < 0 || s > cap_score) {
+		if (by_capacity < 0 ||
+		    vs_unpark_first(pf, s, 0, cap_pref, cap_score, 0, 0)) {
 			by_capacity = cpu;
 			cap_score = s;
+			cap_pref = pf;
 		}
 	}
 	*by_episodes = best != by_capacity;
@@ -348,10 +368,12 @@ static int consolidate_timer_fired(void *map, int *key,
 	sc->weakest = -1;
 	sc->weakest_score = 0;
 	sc->weakest_short = 0;
+	sc->weakest_preferred = 0;
 	sc->weakest_by_capacity = -1;
 	sc->weakest_capacity_score = 0;
+	sc->weakest_capacity_preferred = 0;
 	bpf_for(cpu, 0, nr_cpus) {
-		u32 s, sh;
+		u32 s, sh, pf;
 
 		if (cpu >= VS_MAX_CPUS)
 			break;
@@ -365,18 +387,23 @@ static int consolidate_timer_fired(void *map, int *key,
 		sc->busy += take_busy(cpu, now);
 		s = score(cpu);
 		sh = short_episodes(cpu);
-		/* The one to give up first (vs_park_rather). */
+		pf = kernel_prefers(cpu);
+		/* The one to give up first (vs_park_first). */
 		if (sc->weakest < 0 ||
-		    vs_park_rather(s, sh, sc->weakest_score, sc->weakest_short,
-				   consolidate_by_episodes)) {
+		    vs_park_first(pf, s, sh, sc->weakest_preferred,
+				  sc->weakest_score, sc->weakest_short,
+				  consolidate_by_episodes)) {
 			sc->weakest = cpu;
 			sc->weakest_score = s;
 			sc->weakest_short = sh;
+			sc->weakest_preferred = pf;
 		}
 		if (sc->weakest_by_capacity < 0 ||
-		    s <= sc->weakest_capacity_score) {
+		    vs_park_first(pf, s, 0, sc->weakest_capacity_preferred,
+				  sc->weakest_capacity_score, 0, 0)) {
 			sc->weakest_by_capacity = cpu;
 			sc->weakest_capacity_score = s;
+			sc->weakest_capacity_preferred = pf;
 		}
 	}
 	count(VS_STAT_CONSOLIDATE_PERIODS);

@@ -42,6 +42,11 @@ enum vs_vcpu_flags {
 	/* Among the VM's shortest inactive episodes (or none): BVS places
 	 * latency-sensitive tasks here first. */
 	VS_VCPU_LOW_LATENCY = 1 << 0,
+	/* Listed in the kernel's preferred-CPU mask (steal-time CPU
+	 * folding; preferred.rs), where the kernel has one: consolidation
+	 * parks the vCPUs left out of it first. No vCPU has the bit on a
+	 * kernel without the mask, which makes them all equal. */
+	VS_VCPU_PREFERRED = 1 << 1,
 };
 
 /* Why RWC hides a vCPU from normal tasks (bits of vcpu_model.hidden). */

@@ -679,6 +679,36 @@ static inline int vs_unpark_rather(u32 score_a, int short_a, u32 score_b,
 }
 
 /*
+ * The kernel's word first: of two vCPUs of which its preferred-CPU mask
+ * lists one only (steal-time CPU folding; a kernel without the mask lists
+ * none, and this never decides), the other is parked first and given
+ * back last, whatever the probers measured. The kernel writes the mask
+ * from the host's steal time, which it reads at every tick; the probers
+ * see the same vCPU slow only after a probe step, and under a folding
+ * kernel its own normal class has already left it. `preferred_*`: the
+ * vCPU is in the mask; the rest as vs_park_rather.
+ */
+static inline int vs_park_first(int preferred_a, u32 score_a, int short_a,
+				int preferred_b, u32 score_b, int short_b,
+				int by_episodes)
+{
+	if (!preferred_a != !preferred_b)
+		return !preferred_a;
+	return vs_park_rather(score_a, short_a, score_b, short_b, by_episodes);
+}
+
+/* The other way, as vs_unpark_rather: the preferred one is given back
+ * first. */
+static inline int vs_unpark_first(int preferred_a, u32 score_a, int short_a,
+				  int preferred_b, u32 score_b, int short_b,
+				  int by_episodes)
+{
+	if (!preferred_a != !preferred_b)
+		return !!preferred_a;
+	return vs_unpark_rather(score_a, short_a, score_b, short_b, by_episodes);
+}
+
+/*
  * Virtual blocking through the channel (channel.bpf.h): how long dispatch
  * may pass over a task that marked itself waiting, counted from when it
  * last stopped running. The bound makes a mark a hint: a mark left set

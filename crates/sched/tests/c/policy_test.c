@@ -388,6 +388,20 @@ int main(void)
 	CHECK(vs_unpark_rather(950, 1, 1024, 0, 1));
 	CHECK(!vs_unpark_rather(950, 1, 1024, 0, 0));
 	CHECK(!vs_unpark_rather(1024, 1, 1024, 1, 1));
+	/* The kernel's preferred-CPU mask decides first: the vCPU it leaves
+	 * out is parked even when it is the stronger or has the short
+	 * episodes, and given back last; ... */
+	CHECK(vs_park_first(0, 1024, 1, 1, 500, 0, 1));
+	CHECK(!vs_park_first(1, 500, 0, 0, 1024, 1, 1));
+	CHECK(!vs_unpark_first(0, 1024, 1, 1, 500, 0, 1));
+	CHECK(vs_unpark_first(1, 500, 0, 0, 1024, 1, 1));
+	/* ... and between two it treats alike (both listed, or no mask),
+	 * the measured rules as before. */
+	CHECK(vs_park_first(1, 500, 1, 1, 1024, 0, 1));
+	CHECK(vs_park_first(0, 500, 1, 0, 1024, 0, 1));
+	CHECK(vs_park_first(0, 1024, 0, 0, 950, 1, 1));
+	CHECK(vs_unpark_first(0, 1024, 0, 0, 500, 1, 1));
+	CHECK(!vs_unpark_first(1, 500, 1, 1, 1024, 0, 1));
 	/* The margin's edge: 768 is within a quarter of 1024, 767 not. */
 	CHECK(vs_episodes_decide(1024, 0, 768, 1, 1));
 	CHECK(!vs_episodes_decide(1024, 0, 767, 1, 1));
