@@ -55,6 +55,9 @@ WHAT IT RUNS
                        consolidation (--consolidate) and vsched run
                        --consolidate as columns; goal: within 1.3x of the
                        program on one vCPU, no loss against the default
+    gleaner-barrier-4, gleaner-pipeline-4
+                       the barrier and the pipeline on 4 vCPUs, two to a
+                       host CPU; the same columns and goal
     adaptability       a 2-thread barrier kernel's throughput every 250 ms while
                        its 2 vCPUs walk through dedicated, capped 50%,
                        asymmetric 2:1, straggler, stacked, dedicated (12 s

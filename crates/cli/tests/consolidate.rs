@@ -134,8 +134,9 @@ const FIND_PROGRAM: &str = "for i in $(seq 100); do for c in $(cat /proc/$V/task
 
 /// SIGKILL of vsched while the program runs narrowed: the watchdog gives
 /// every thread of the program its CPUs back (the program goes on). The
-/// program is the test above's 2-thread barrier, which one vCPU runs
-/// about 4x faster than two, so that it narrows on a slow host too. It is
+/// program is the 2-thread barrier of the test above (as rounds: 400,000,
+/// long enough whatever the host's speed), which one vCPU runs about 4x
+/// faster than two, so that it narrows on a slow host too. It is
 /// found among vsched's children by name (the watchdog is one too), polled
 /// for (FIND_PROGRAM).
 #[test]

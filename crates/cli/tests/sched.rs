@@ -298,11 +298,14 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
 /// each report, read once at the end: a process started to look while the
 /// program runs, such as `vsched status`, runs long enough under the
 /// emulator to widen the set) must show a vCPU parked at three reports or
-/// more, and never the preferred one. Without the rule (the control: the
-/// mask read and dropped), the weaker by a capacity reading is parked,
-/// and on two free vCPUs whose readings lie within ±15% of each other that
-/// is the same vCPU in both runs, or either (measured 2026-12-06: vCPU 0
-/// in both, twice).
+/// more, and never the preferred one. The program starts once the first
+/// model is in: the mask reaches the scheduler with it, and a set narrowed
+/// before then keeps its parked vCPU until the next trial. Each arm is the
+/// other's control: without the rule the weaker by a capacity reading is
+/// parked, and on two free vCPUs whose readings lie within ±15% of each
+/// other that is the same vCPU in both arms, or either (measured
+/// 2026-12-06 with the mask read and dropped in `Session::feed`: vCPU 0
+/// in both arms, in both of two runs).
 /// No lab kernel has the file, so the guest writes one on a tmpfs over
 /// /sys/devices/system/cpu before vsched starts, as the user-level form's
 /// test does (tests/consolidate.rs), with what vsched and its libraries
@@ -315,6 +318,7 @@ fn consolidation_parks_only_the_vcpu_the_kernel_does_not_prefer() {
             "S=/sys/devices/system/cpu; mount -t tmpfs none $S && mkdir $S/cpu0 $S/cpu1 && echo 0-1 > $S/online \
              && echo 0-1 > $S/possible && echo {preferred} > $S/preferred; \
              vsched daemon --sched --consolidate --no-bvs 2>/tmp/p{preferred}.log & D=$!; {}; \
+             for i in $(seq 100); do vsched status --json 2>/dev/null | grep -q '\"model_updates\":[1-9]' && break; sleep 0.2; done; \
              {} > /dev/null; echo \"@history{preferred} $(vsched status --json --history | tr -d '\\n')\"; \
              kill -TERM $D; wait $D; echo \"@exit $?\"; umount $S; tail -3 /tmp/p{preferred}.log; ",
             wait_state("enabled"),
@@ -510,9 +514,10 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 /// half the default scheduler's in the same guest, over the same 8 s of
 /// the program (common::lab::blocking_program). The control, the same
 /// scheduler without `--consolidate` (BVS off in both, below), runs in the
-/// same guest and must fail that check (measured 2026-12-03 on 7.2.13,
-/// twelve runs of each: 0.06-0.17 of the default's IPIs with
-/// consolidation, 0.75-0.90 without). Beside it, a CPU-bound thread per
+/// same guest and must fail that check (measured 2026-12-03 on 7.2.13
+/// with a 60,000-round program, twelve runs of each: 0.06-0.17 of the
+/// default's IPIs with consolidation, 0.75-0.90 without; 2026-12-06, this
+/// program: 0.05 and 0.80). Beside it, a CPU-bound thread per
 /// vCPU started after the idle guest's set narrowed widens it (at once,
 /// `unparked`, or by undoing a narrowing trial its start fell into: a
 /// clean-clone suite saw that path) and runs no slower than 1.25x the

@@ -165,7 +165,7 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
     ),
     (
         "chosen_by_episodes",
-        "consolidation: vCPUs parked or given back that their inactive episodes chose over capacity alone (of two near equals, the one with the VM's shortest episodes kept, or given back first)",
+        "consolidation: vCPUs parked or given back that their inactive episodes chose over capacity alone (and the kernel's preferred-CPU mask, which decides first; of two near equals, the one with the VM's shortest episodes kept, or given back first)",
     ),
     (
         "consolidate_periods",

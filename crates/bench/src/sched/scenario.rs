@@ -226,8 +226,10 @@ const fn gleaner(
 /// A Gleaner scenario in a 4-vCPU guest (lab/sched/bench-gleaner-4.toml:
 /// two vCPUs on each host CPU, as this machine's two CPUs allow), where
 /// the default scheduler spreads a blocking program over all four and one
-/// vCPU is the fastest placement; RWC, on in every vsched variant, hides
-/// the stacked mates.
+/// vCPU is the fastest placement; RWC, on in every `vsched sched`
+/// variant, hides the stacked mates (`vsched run --consolidate` has no
+/// RWC). Under the default scheduler on 2026-12-06 the barrier took about
+/// 1.0 s and the pipeline 0.3 s.
 const fn gleaner_4(
     name: &'static str,
     what: &'static str,

@@ -28,7 +28,10 @@ const STATE_WAIT_TENTHS: u32 = 600;
 
 /// Shell that prints every IPI the guest's vCPUs received so far:
 /// rescheduling (RES: a wake-up sent to another vCPU) and function-call
-/// (CAL) interrupts, every vCPU's column.
+/// (CAL) interrupts, every vCPU's column. The prelude's `counted` adds a
+/// run's count to its line (a run that printed nothing stays without
+/// one, and so without a result); the lab tests count the same way
+/// (crates/cli/tests/common/lab.rs, `run_counting_ipis`).
 pub const IPIS: &str = "awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} \
                         END {print t + 0}' /proc/interrupts";
 
@@ -84,7 +87,7 @@ pub(crate) fn common_prelude() -> String {
     format!(
         "wait_state() {{ for i in $(seq {STATE_WAIT_TENTHS}); do grep -qx $1 /sys/kernel/sched_ext/state && return 0; sleep 0.1; done; echo \"sched_ext did not become $1 within {} s (state: $(cat /sys/kernel/sched_ext/state))\"; return 1; }}\n\
          wait_ready() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do [ -s {READY_FILE} ] && return 0; sleep 0.1; done; echo 'vsched sched did not say it was ready (no model reached the scheduler)'; return 1; }}\n\
-         counted() {{ a=$({IPIS}); o=$(\"$@\"); b=$({IPIS}); echo \"$o ipis $((b - a))\"; }}\n\
+         counted() {{ a=$({IPIS}); o=$(\"$@\"); b=$({IPIS}); [ -n \"$o\" ] && echo \"$o ipis $((b - a))\"; }}\n\
          T0=$(cut -d' ' -f1 /proc/uptime)\n\
          wait_until() {{ while awk -v t0=$T0 -v d=$1 '{{exit !($1 < t0 + d)}}' /proc/uptime; do sleep 0.02; done; }}\n",
         STATE_WAIT_TENTHS / 10

@@ -176,9 +176,10 @@ pub fn marked_value(text: &str, key: &str) -> f64 {
 /// vCPU ran such a barrier 1.9-4.5x faster than two in a 2-vCPU guest
 /// (2026-12-03). A fixed number of rounds (60,000) took 5-9 s under the
 /// default scheduler on 2026-12-03 and 2.8 s on 2026-12-06's host, where
-/// the first narrowing, about 1.5 s in, left the set narrowed for only
-/// the last 0.3 s (1.88 vCPUs active on average): how long the program
-/// ran, not whether consolidation worked, decided the tests.
+/// `vsched run --consolidate` ran it in 1.8 s and first narrowed 1.5 s in:
+/// narrowed for the last 0.3 s only, 1.88 vCPUs active on average. How
+/// long the program ran, not whether consolidation worked, decided the
+/// tests.
 pub fn blocking_program(seconds: u32) -> String {
     format!("schedbench timeline 2 {seconds} 1000 200")
 }
