@@ -27,7 +27,7 @@ pub fn start(pid: i32) -> Result<Running> {
     let journal = Journal::spawn(command).context("starting the consolidation's watchdog")?;
     let program_ended = Arc::new(AtomicBool::new(false));
     let ended = program_ended.clone();
-    let preferred = preferred::read(Path::new(preferred::KERNEL_FILE));
+    let preferred = preferred::read_kernels();
     let consolidator = Consolidator::new(pid, Options { cpus, preferred }, Some(journal));
     let thread = std::thread::Builder::new()
         .name("consolidate".into())

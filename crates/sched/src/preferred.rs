@@ -13,6 +13,12 @@ use vsched_model::cpulist::parse_cpu_list;
 /// Where the kernel publishes the mask (absent on kernels without it).
 pub const KERNEL_FILE: &str = "/sys/devices/system/cpu/preferred";
 
+/// The preferred CPUs the running kernel lists ([`read`] of
+/// [`KERNEL_FILE`]).
+pub fn read_kernels() -> Option<Vec<u32>> {
+    read(Path::new(KERNEL_FILE))
+}
+
 /// The preferred CPUs listed in `path`; None where the file is absent,
 /// unreadable or malformed (no preference is then known), or empty (a
 /// mask that prefers nothing gives no order).

@@ -166,7 +166,7 @@ impl Session {
         let mut new = model::from_report(report, self.tunables.rwc);
         // Read at every report: the kernel moves the mask as steal time
         // changes (a sysfs read, nothing beside a probe step).
-        let preferred = crate::preferred::read(std::path::Path::new(crate::preferred::KERNEL_FILE));
+        let preferred = crate::preferred::read_kernels();
         model::mark_preferred(&mut new, preferred.as_deref());
         if let Some(s) = &self.current {
             s.update_model(&new)?;
