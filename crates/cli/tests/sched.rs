@@ -17,6 +17,7 @@ use common::lab::{
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
+use vsched_model::stats::median;
 
 /// Shell that loads `vsched sched -q {flags}` in the background (its pid in
 /// `$s`, its summary to /tmp/`marker`.json, its messages to
@@ -521,7 +522,12 @@ fn a_lone_cpu_bound_thread_runs_at_full_speed_beside_idle_vcpus() {
 /// vCPU started after the idle guest's set narrowed widens it (at once,
 /// `unparked`, or by undoing a narrowing trial its start fell into: a
 /// clean-clone suite saw that path) and runs no slower than 1.25x the
-/// default.
+/// default: the medians of CONSOLIDATION_CPU_RUNS alternated runs, since
+/// one run on a busy CI host took 1.28x (2.44 s against 1.90 s) with the
+/// set narrowed for exactly the periods of the good runs (25 of 54-58,
+/// the idle wait before the threads, in that run and in 4 of 4 on a
+/// quiet host at 0.97-1.06x): the host's noise hit one run, not the
+/// mechanism. Kept on one vCPU the threads take about 2x.
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
@@ -558,13 +564,17 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     // which the active set narrows: they must widen it. (After 1.5 s it
     // had not narrowed in 1 of 4 runs: a trial waits for two periods of
     // steady wake-ups, and the probers' start-up is not steady.)
-    let cpu = run("", cpu_bound, "default-cpu")
-        + &run(
-            &sched("--consolidate", "cpu"),
-            &format!("sh -c 'sleep 3; {cpu_bound}'"),
-            "cpu",
-        )
-        + &show("cpu");
+    let cpu: String = (0..CONSOLIDATION_CPU_RUNS)
+        .map(|i| {
+            run("", cpu_bound, &format!("default-cpu-{i}"))
+                + &run(
+                    &sched("--consolidate", &format!("cpu-{i}")),
+                    &format!("sh -c 'sleep 3; {cpu_bound}'"),
+                    &format!("cpu-{i}"),
+                )
+                + &show(&format!("cpu-{i}"))
+        })
+        .collect();
     let guest = layout_with_schedbench("sched/two-free");
     let out = run_in_guest(&guest, &[&blocking, &cpu]);
     let value = marked_value;
@@ -597,27 +607,39 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     );
 
     let text = &out[1].1;
-    let default_s = value(text, "default-cpu elapsed_s");
-    let took = value(text, "cpu elapsed_s");
-    let summary = summary_after(text, "@cpu");
-    // The set widens at once (`unparked`), or by undoing the narrowing
-    // trial the threads' start fell into (`trials_undone`); either way
-    // the time below shows whether they got both vCPUs (on one, about
-    // twice the default's).
-    let widened = counter(&summary, "unparked") + counter(&summary, "trials_undone");
-    println!(
-        "CPU-bound: {took:.2} s against {default_s:.2} s; parked {}, widened {widened}",
-        counter(&summary, "parked"),
-    );
-    assert!(
-        counter(&summary, "parked") >= 1 && widened >= 1,
-        "the idle guest's set narrowed and the CPU-bound threads widened it: {summary:#}"
-    );
+    let mut default_s = Vec::new();
+    let mut took = Vec::new();
+    for i in 0..CONSOLIDATION_CPU_RUNS {
+        default_s.push(value(text, &format!("default-cpu-{i} elapsed_s")));
+        took.push(value(text, &format!("cpu-{i} elapsed_s")));
+        let summary = summary_after(text, &format!("@cpu-{i}"));
+        // The set widens at once (`unparked`), or by undoing the
+        // narrowing trial the threads' start fell into (`trials_undone`);
+        // either way the times below show whether they got both vCPUs.
+        let widened = counter(&summary, "unparked") + counter(&summary, "trials_undone");
+        println!(
+            "CPU-bound run {i}: {:.2} s against {:.2} s; parked {}, widened {widened}; \
+             mean active vCPUs {:.2}",
+            took[i],
+            default_s[i],
+            counter(&summary, "parked"),
+            mean_active(&summary)
+        );
+        assert!(
+            counter(&summary, "parked") >= 1 && widened >= 1,
+            "the idle guest's set narrowed and the CPU-bound threads widened it: {summary:#}"
+        );
+    }
+    let (took, default_s) = (median(&mut took), median(&mut default_s));
     assert!(
         took <= 1.25 * default_s,
-        "a thread per vCPU gets every vCPU: {took:.2} s against {default_s:.2} s: {summary:#}"
+        "a thread per vCPU gets every vCPU: median {took:.2} s against {default_s:.2} s: {text}"
     );
 }
+
+/// Alternated runs of the default and of `--consolidate` under CPU-bound
+/// work in the consolidation test: an odd number, for a plain median.
+const CONSOLIDATION_CPU_RUNS: usize = 3;
 
 /// Runs of each variant in the lone-thread test's guest (see there).
 const LONE_THREAD_RUNS: usize = 3;
