@@ -12,6 +12,7 @@ use common::lab::{
 };
 use common::summary_after;
 use serde_json::Value;
+use vsched_model::stats::median;
 
 fn count(report: &Value, name: &str) -> u64 {
     report["counts"][name]
@@ -30,7 +31,8 @@ fn count(report: &Value, name: &str) -> u64 {
 /// without `--consolidate` (`vsched run` alone), which must fail that
 /// check. Then a program whose blocking phase (the same program, 4 s)
 /// narrows the set and whose CPU-bound phase (a thread per vCPU) must
-/// widen it again, and run that phase no slower than 1.25x the default's.
+/// widen it again, and run that phase no slower than 1.25x the default's
+/// (medians of PHASES_RUNS alternated runs).
 #[test]
 fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() {
     let _guard = common::serial();
@@ -42,13 +44,19 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
         + &run(consolidated, &barrier, "consolidated")
         + "echo @consolidated; cat /tmp/consolidated.json; "
         + &run("vsched run --", &barrier, "control");
-    let phases = run("", cpu_bound, "default-cpu")
-        + &run(
-            "vsched run --consolidate --consolidate-json /tmp/phases.json --",
-            &format!("sh -c '{} >/dev/null; {cpu_bound}'", blocking_program(4)),
-            "phases",
-        )
-        + "echo @phases; cat /tmp/phases.json; ";
+    let phases: String = (0..PHASES_RUNS)
+        .map(|i| {
+            run("", cpu_bound, &format!("default-cpu-{i}"))
+                + &run(
+                    &format!(
+                        "vsched run --consolidate --consolidate-json /tmp/phases-{i}.json --"
+                    ),
+                    &format!("sh -c '{} >/dev/null; {cpu_bound}'", blocking_program(4)),
+                    &format!("phases-{i}"),
+                )
+                + &format!("echo @phases-{i}; cat /tmp/phases-{i}.json; ")
+        })
+        .collect();
     let guest = layout_with_schedbench("layouts/two-free");
     let out = run_in_guest(&guest, &[&blocking, &phases]);
 
@@ -85,46 +93,46 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
     );
 
     let text = &out[1].1;
-    let report = summary_after(text, "@phases");
-    let timeline = report["active_over_time"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let narrowest = timeline
-        .iter()
-        .filter_map(|p| p["active"].as_u64())
-        .min()
-        .unwrap_or(2);
-    // Widened after it had narrowed (it may narrow again once the
-    // CPU-bound threads are done, before the program exits).
-    let active: Vec<u64> = timeline
-        .iter()
-        .filter_map(|p| p["active"].as_u64())
-        .collect();
-    let widened_again = active
-        .iter()
-        .position(|&a| a == 1)
-        .is_some_and(|first_narrow| active[first_narrow..].contains(&2));
-    let default_s = value(text, "default-cpu elapsed_s");
-    let took = value(text, "phases elapsed_s");
-    println!(
-        "CPU-bound phase: {took:.2} s, default {default_s:.2} s; vsched's CPU {} s over {} s; \
-         active over time {timeline:?}",
-        report["vsched_cpu_s"], report["duration_s"]
-    );
-    assert_eq!(
-        narrowest, 1,
-        "the barrier phase narrowed the set: {report:#}"
-    );
-    assert!(
-        widened_again,
-        "the CPU-bound phase widened it again: {report:#}"
-    );
+    let mut default_s = Vec::new();
+    let mut took = Vec::new();
+    for i in 0..PHASES_RUNS {
+        let report = summary_after(text, &format!("@phases-{i}"));
+        let active: Vec<u64> = report["active_over_time"]
+            .as_array()
+            .map(|points| points.iter().filter_map(|p| p["active"].as_u64()).collect())
+            .unwrap_or_default();
+        // Widened after it had narrowed (it may narrow again once the
+        // CPU-bound threads are done, before the program exits).
+        let first_narrow = active.iter().position(|&a| a == 1);
+        let widened_again = first_narrow.is_some_and(|first| active[first..].contains(&2));
+        default_s.push(value(text, &format!("default-cpu-{i} elapsed_s")));
+        took.push(value(text, &format!("phases-{i} elapsed_s")));
+        println!(
+            "CPU-bound phase {i}: {:.2} s, default {:.2} s; vsched's CPU {} s over {} s; \
+             active over time {active:?}",
+            took[i], default_s[i], report["vsched_cpu_s"], report["duration_s"]
+        );
+        assert!(
+            first_narrow.is_some(),
+            "the barrier phase narrowed the set: {report:#}"
+        );
+        assert!(
+            widened_again,
+            "the CPU-bound phase widened it again: {report:#}"
+        );
+    }
+    let (took, default_s) = (median(&mut took), median(&mut default_s));
     assert!(
         took <= 1.25 * default_s,
-        "the CPU-bound phase took {took:.2} s against {default_s:.2} s: {text}"
+        "the CPU-bound phase took a median {took:.2} s against {default_s:.2} s: {text}"
     );
 }
+
+/// Alternated runs of the default and of the two-phase program in the
+/// consolidation test: single runs took 1.15x the default on a quiet
+/// host, and the scheduler's form of the test saw one run at 1.28x in
+/// CI with nothing amiss but the host. An odd number, for a plain median.
+const PHASES_RUNS: usize = 3;
 
 /// Shell: $P, the schedbench process among the children of vsched ($V),
 /// polled for up to 10 s (the watchdog is a child too, and on a slow host
