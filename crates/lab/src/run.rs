@@ -402,7 +402,8 @@ fn tail(lines: &[String], n: usize) -> String {
 }
 
 /// The guest kernel's command line: the serial console, no messages but
-/// emergencies (they would interleave with the commands' output), a panic
+/// emergencies (they would interleave with the commands' output; the one
+/// every run ends with, the power-down, is cut out of it: POWER_DOWN), a panic
 /// ends QEMU at once (`-no-reboot`), and systemd keeps its status lines
 /// off the console too.
 fn kernel_command_line(root: GuestRoot) -> String {
@@ -575,7 +576,12 @@ impl Boot<'_> {
                 Ok(l) => l,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(transcript.qemu_exited(&mut guest, stderr_text));
+                    // The power-down message may have split the runner's
+                    // last line, with no line after it to complete it.
+                    match transcript.split_line.take() {
+                        Some(start) if !start.is_empty() => (Instant::now(), start),
+                        _ => return Err(transcript.qemu_exited(&mut guest, stderr_text)),
+                    }
                 }
             };
             match transcript.take(arrived, line, started, self.commands) {
@@ -792,6 +798,29 @@ struct Transcript {
     /// times.
     current: Option<(usize, Vec<String>, Vec<f64>)>,
     done: bool,
+    /// What came before the kernel's power-down message on its line: the
+    /// start of the line the message split (see [`power_down_split`]).
+    split_line: Option<String>,
+}
+
+/// The guest kernel's last console message (an emergency, so printed at
+/// the lab's `loglevel=1`), written by `poweroff -f` at once, while the
+/// serial port may still be sending the commands' last output from the
+/// tty's buffer: it lands inside that output, at any byte. Seen in a
+/// scheduler lab test's statistics JSON, which then failed to parse:
+/// `      ][   27.054285] reboot: Power down`, an empty line, `    }`.
+const POWER_DOWN: &str = "] reboot: Power down";
+
+/// Where a console line holds the kernel's power-down message
+/// (`[   27.054285] reboot: Power down`): the text before it. The message
+/// ends in its own newline, so what the tty sends next (the rest of the
+/// split line) arrives as the next line.
+fn power_down_split(line: &str) -> Option<&str> {
+    let end = line.find(POWER_DOWN)?;
+    let open = line[..end].rfind('[')?;
+    let stamp = line[open + 1..end].trim_start();
+    let is_stamp = !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    is_stamp.then(|| &line[..open])
 }
 
 impl Transcript {
@@ -809,6 +838,14 @@ impl Transcript {
         commands: &[String],
     ) -> Option<Marker> {
         self.console.push(line.clone());
+        let line = match self.split_line.take() {
+            Some(start) => start + &line,
+            None => line,
+        };
+        if let Some(start) = power_down_split(&line) {
+            self.split_line = Some(start.to_string());
+            return None;
+        }
         let arrived_s = self.first_command.map_or(0.0, |t0| {
             arrived.saturating_duration_since(t0).as_secs_f64()
         });
@@ -905,6 +942,40 @@ impl Transcript {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds `lines` to a transcript as the console's, one command.
+    fn output_of(lines: &[&str]) -> String {
+        let mut t = Transcript::default();
+        let now = Instant::now();
+        let commands = ["cmd".to_string()];
+        let mut feed = |l: String| {
+            t.take(now, l, now, &commands);
+        };
+        feed(format!("{MARK} BEGIN 0"));
+        for l in lines {
+            feed(l.to_string());
+        }
+        feed(format!("{MARK} END 0 0"));
+        t.results[0].output.clone()
+    }
+
+    /// Regression: the kernel's power-down message, printed while the tty
+    /// still sent a command's last output, split a line of its JSON, and
+    /// the test reading it failed to parse.
+    #[test]
+    fn the_power_down_message_is_cut_out_of_a_commands_output() {
+        assert_eq!(
+            output_of(&["  \"stack_mates\": [", "      ][   27.054285] reboot: Power down", "", "    }"]),
+            "  \"stack_mates\": [\n      ]\n    }"
+        );
+        // Mid-word, and at a line's start with more after it.
+        assert_eq!(output_of(&["12[ 3.1] reboot: Power down", "34"]), "1234");
+        assert_eq!(output_of(&["[ 3.1] reboot: Power down", "next"]), "next");
+        // Text that only looks like it stays.
+        assert_eq!(output_of(&["[x] reboot: Power down"]), "[x] reboot: Power down");
+        assert_eq!(power_down_split("[ 3.1] reboot: Power down"), Some(""));
+        assert_eq!(power_down_split("reboot: Power down"), None);
+    }
 
     #[test]
     fn steal_per_host_cpu_from_proc_stat() {
