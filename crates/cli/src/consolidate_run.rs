@@ -27,8 +27,11 @@ pub fn start(pid: i32) -> Result<Running> {
     let journal = Journal::spawn(command).context("starting the consolidation's watchdog")?;
     let program_ended = Arc::new(AtomicBool::new(false));
     let ended = program_ended.clone();
-    let preferred = preferred::read_kernels();
-    let consolidator = Consolidator::new(pid, Options { cpus, preferred }, Some(journal));
+    let options = Options {
+        cpus,
+        preferred_file: Some(preferred::KERNEL_FILE.into()),
+    };
+    let consolidator = Consolidator::new(pid, options, Some(journal));
     let thread = std::thread::Builder::new()
         .name("consolidate".into())
         .spawn(move || {
@@ -81,8 +84,9 @@ pub fn summary(r: &Report) -> String {
         r.vsched_cpu_s
     ) + &match &r.preferred_cpus {
         Some(p) => format!(
-            "; the kernel prefers vCPUs {} (they join the set first)",
-            vsched_model::cpulist::format_cpu_list(p)
+            "; the kernel prefers vCPUs {} (they join the set first; changes of its preference: {})",
+            vsched_model::cpulist::format_cpu_list(p),
+            c.preference_changes
         ),
         None => String::new(),
     }

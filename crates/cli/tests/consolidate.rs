@@ -243,6 +243,47 @@ fn a_narrowed_set_is_made_of_the_kernels_preferred_vcpus() {
     );
 }
 
+/// When the kernel's preferred-CPU mask changes while the set is narrow,
+/// the set moves onto the newly preferred vCPU at once (re-read every
+/// period), not at the next trial, which a steady narrowed set never
+/// holds: narrowed onto vCPU 1 while it is preferred, the blocking
+/// program's threads must be on vCPU 0 within 5 s of the guest writing 0
+/// to the mask. The control, the same build reading the mask at the start
+/// only (2026-12-06), stayed on vCPU 1 ("after: 1", no change counted).
+#[test]
+fn a_narrowed_set_follows_the_kernels_preferred_vcpus_when_they_change() {
+    let _guard = common::serial();
+    let single_cpu = "grep -hE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status | head -1 | awk '{print $2}'";
+    let script = format!(
+        "S=/sys/devices/system/cpu; mount -t tmpfs none $S && echo 0-1 > $S/online && echo 1 > $S/preferred; \
+         vsched run --consolidate --consolidate-json /tmp/moved.json -- {} > /dev/null & V=$!; P=; \
+         {FIND_PROGRAM} \
+         for i in $(seq 100); do N=$({single_cpu}); [ -n \"$N\" ] && break; sleep 0.1; done; \
+         echo \"before: $N\"; echo 0 > $S/preferred; \
+         for i in $(seq 50); do N=$({single_cpu}); [ \"$N\" = 0 ] && break; sleep 0.1; done; \
+         echo \"after: $N\"; wait $V; echo @moved; cat /tmp/moved.json; umount $S; ",
+        blocking_program(12)
+    );
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&script]);
+    let text = &out[0].1;
+    println!("{text}");
+    let report = summary_after(text, "@moved");
+    assert!(
+        text.contains("before: 1\n"),
+        "narrowed onto vCPU 1 while it was preferred: {text}"
+    );
+    assert!(
+        text.contains("after: 0\n"),
+        "onto vCPU 0 once it was: {text}"
+    );
+    assert_eq!(report["preferred_cpus"], serde_json::json!([0]), "{report:#}");
+    assert!(
+        count(&report, "preference_changes") >= 1,
+        "the change was counted: {report:#}"
+    );
+}
+
 /// On this machine, no guest: the program's exit status passes through,
 /// the report is written, and the report's file needs `--consolidate`.
 #[test]

@@ -7,6 +7,7 @@ use crate::placement::{Placement, PlacementCounts};
 use crate::tree::{self, Tree};
 use crate::watchdog::Journal;
 use serde::Serialize;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vsched_sched::policy::{self, TrialStep, Trials};
 
@@ -39,9 +40,10 @@ pub struct Options {
     /// The vCPUs the program may use: the active set is n of them, the
     /// preferred ones first, then the lowest-numbered.
     pub cpus: Vec<u32>,
-    /// The kernel's preferred CPUs (crate::preferred::read), where it
-    /// publishes them.
-    pub preferred: Option<Vec<u32>>,
+    /// Where the kernel publishes its preferred CPUs
+    /// (crate::preferred::KERNEL_FILE), read at the start and every
+    /// period: the preferred ones join the set first. None: no preference.
+    pub preferred_file: Option<PathBuf>,
 }
 
 /// Counts of what the consolidation did.
@@ -61,6 +63,10 @@ pub struct Counts {
     /// Periods settled at the widest set (a long runner per vCPU): only
     /// run times read.
     pub settled_periods: u64,
+    /// Changes of the kernel's preferred CPUs that changed the order in
+    /// which vCPUs join the set (a narrowed set moved onto the newly
+    /// preferred ones at once).
+    pub preference_changes: u64,
 }
 
 /// A change of the active set, for a plot over time.
@@ -76,8 +82,8 @@ pub struct Point {
 pub struct Report {
     pub schema: &'static str,
     pub cpus: Vec<u32>,
-    /// The kernel's preferred CPUs, which joined the set first; null where
-    /// the kernel publishes no preference.
+    /// The kernel's preferred CPUs at the end, which joined the set
+    /// first; null where the kernel publishes no preference.
     pub preferred_cpus: Option<Vec<u32>>,
     pub duration_s: f64,
     /// Mean active vCPUs over the periods.
@@ -95,6 +101,8 @@ pub struct Report {
 
 pub struct Consolidator {
     root: i32,
+    preferred_file: Option<PathBuf>,
+    /// The preferred CPUs last read from `preferred_file`.
     preferred: Option<Vec<u32>>,
     placement: Placement,
     demand: Demand,
@@ -118,10 +126,12 @@ impl Consolidator {
     /// vCPU of `opts.cpus`.
     pub fn new(root: i32, opts: Options, journal: Option<Journal>) -> Consolidator {
         let active = opts.cpus.len();
+        let preferred = opts.preferred_file.as_deref().and_then(crate::preferred::read);
         Consolidator {
             root,
-            placement: Placement::new(opts.cpus, opts.preferred.as_deref(), journal),
-            preferred: opts.preferred,
+            placement: Placement::new(opts.cpus, preferred.as_deref(), journal),
+            preferred_file: opts.preferred_file,
+            preferred,
             demand: Demand::default(),
             trials: Trials::new(),
             active,
@@ -232,6 +242,12 @@ impl Consolidator {
     }
 
     fn period(&mut self, tasks: &[tree::Task], now: Instant) {
+        if self.follow_preference() {
+            // The set's vCPUs changed under any trial: its comparison is
+            // void.
+            self.trials.upset();
+            self.apply(tasks, false);
+        }
         let settled = self.settled_wide();
         let p = self.demand.period(policy::period_ns(), !settled);
         self.long_runners = p.long_runners;
@@ -285,6 +301,26 @@ impl Consolidator {
         self.moved();
         // At once, not at the next reading (at the widest set, a walk away).
         self.apply(tasks, false);
+    }
+
+    /// Re-reads the kernel's preferred CPUs; whether the change moves the
+    /// set (the order in which vCPUs join it changed). As the scheduler's
+    /// vs_swap_for_preference, a narrowed set then moves at once, not at
+    /// the next trial, which a steady set never holds.
+    fn follow_preference(&mut self) -> bool {
+        let Some(file) = &self.preferred_file else {
+            return false;
+        };
+        let now = crate::preferred::read(file);
+        if now == self.preferred {
+            return false;
+        }
+        self.preferred = now;
+        if !self.placement.prefer(self.preferred.as_deref()) {
+            return false;
+        }
+        self.counts.preference_changes += 1;
+        true
     }
 
     /// Puts this thread and vsched's main thread (which waits for the

@@ -84,6 +84,18 @@ impl Placement {
         }
     }
 
+    /// Orders the vCPUs by a new preference of the kernel's
+    /// (crate::preferred); whether the order changed. The next
+    /// [`Placement::apply`] gives the threads the set of the new order.
+    pub fn prefer(&mut self, preferred: Option<&[u32]>) -> bool {
+        let order = crate::preferred::join_order(&self.start, preferred);
+        if order == self.join_order {
+            return false;
+        }
+        self.join_order = order;
+        true
+    }
+
     /// The vCPUs an active set of `n` is (the first `n` to join).
     pub fn set_of(&self, n: usize) -> Vec<u32> {
         let mut set = self.join_order[..n.clamp(1, self.join_order.len())].to_vec();
@@ -253,6 +265,19 @@ mod tests {
         assert_eq!(p.set_of(3), [0, 2, 3], "then the lowest-numbered");
         assert_eq!(p.set_of(4), [0, 1, 2, 3]);
         assert_eq!(Placement::new(vec![1, 0], None, None).set_of(1), [0]);
+    }
+
+    #[test]
+    fn a_new_preference_reorders_the_sets_and_says_whether_it_did() {
+        let mut p = Placement::new(vec![0, 1], Some(&[1]), None);
+        assert_eq!(p.set_of(1), [1]);
+        assert!(p.prefer(Some(&[0])));
+        assert_eq!(p.set_of(1), [0]);
+        assert!(!p.prefer(Some(&[0])), "the same preference again");
+        // Both preferred orders as none does: no change.
+        assert!(!p.prefer(Some(&[0, 1])));
+        assert!(!p.prefer(None));
+        assert_eq!(p.set_of(2), [0, 1]);
     }
 
     /// Regression: a thread created by a narrowed thread between two walks

@@ -168,6 +168,10 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "consolidation: vCPUs parked or given back that their inactive episodes chose over capacity alone (and the kernel's preferred-CPU mask, which decides first; of two near equals, the one with the VM's shortest episodes kept, or given back first)",
     ),
     (
+        "preference_swaps",
+        "consolidation: a parked vCPU the kernel's preferred-CPU mask lists swapped at once for an active one it leaves out (the mask changed under a narrowed set)",
+    ),
+    (
         "consolidate_periods",
         "consolidation: 100 ms periods the active set was measured over",
     ),

@@ -12,7 +12,9 @@
  * ones (no normal task is placed or queued there, their queued tasks are
  * taken by the others), and they still run SCHED_IDLE work and bound
  * tasks. A vCPU the kernel leaves out of its preferred-CPU mask, where
- * it has one, is parked before any it lists (vs_park_first).
+ * it has one, is parked before any it lists (vs_park_first), and when
+ * the mask changes under a narrowed set the two swap at once
+ * (vs_swap_for_preference).
  *
  * A period timer moves the set by trials: while the active vCPUs idle, it
  * parks the weakest and keeps it parked unless the normal tasks' wake-up
@@ -352,6 +354,36 @@ static void consolidate_period(struct consolidate_scan *sc, u64 now)
 	}
 }
 
+/*
+ * Swaps, where the kernel's preferred-CPU mask now asks for it
+ * (vs_swap_for_preference), the weakest active vCPU of `sc` for the
+ * strongest parked one; whether it did. The set's speed changed under
+ * any trial: its comparison is void, and the trials start again from
+ * steady periods.
+ */
+static bool swap_for_preference(struct consolidate_scan *sc)
+{
+	struct consolidate_trial *t;
+	bool by_episodes;
+	s32 parked;
+
+	if (!nr_parked || sc->weakest < 0)
+		return false;
+	parked = strongest_parked(NULL, &by_episodes);
+	if (parked < 0 ||
+	    !vs_swap_for_preference(sc->weakest_preferred, kernel_prefers(parked)))
+		return false;
+	set_parked(parked, false);
+	set_parked(sc->weakest, true);
+	count(VS_STAT_PREFERENCE_SWAPS);
+	t = trial_state();
+	if (t) {
+		vs_trials_upset(&t->trials);
+		t->cpu = -1;
+	}
+	return true;
+}
+
 static int consolidate_timer_fired(void *map, int *key,
 				   struct consolidate_timer *ct)
 {
@@ -412,7 +444,7 @@ static int consolidate_timer_fired(void *map, int *key,
 	if (!sc->active) {
 		/* RWC hid every active vCPU: never leave none. */
 		unpark_strongest(NULL);
-	} else {
+	} else if (!swap_for_preference(sc)) {
 		consolidate_period(sc, now);
 	}
 	bpf_timer_start(&ct->timer, VS_CONSOLIDATE_PERIOD_NS, 0);

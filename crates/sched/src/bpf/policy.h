@@ -709,6 +709,22 @@ static inline int vs_unpark_first(int preferred_a, u32 score_a, int short_a,
 }
 
 /*
+ * The kernel's preferred-CPU mask changed under a narrowed set: the
+ * active vCPU to park first is one the mask leaves out while the parked
+ * vCPU to give back first is one it lists. The two are swapped at once,
+ * not at the next trial: a set that stays narrow holds no trial (it is
+ * steady, neither idling nor saturated), and after a failed one the wait
+ * doubles up to seconds. `active_preferred`: the mask lists the active
+ * vCPU vs_park_first chose; `parked_preferred`: it lists the parked one
+ * vs_unpark_first chose. Without a mask neither is listed: never.
+ */
+static inline int vs_swap_for_preference(int active_preferred,
+					 int parked_preferred)
+{
+	return !active_preferred && parked_preferred;
+}
+
+/*
  * Virtual blocking through the channel (channel.bpf.h): how long dispatch
  * may pass over a task that marked itself waiting, counted from when it
  * last stopped running. The bound makes a mark a hint: a mark left set

@@ -402,6 +402,13 @@ int main(void)
 	CHECK(vs_park_first(0, 1024, 0, 0, 950, 1, 1));
 	CHECK(vs_unpark_first(0, 1024, 0, 0, 500, 1, 1));
 	CHECK(!vs_unpark_first(1, 500, 1, 1, 1024, 0, 1));
+	/* A changed mask swaps a parked vCPU it lists for an active one it
+	 * leaves out, and nothing else does: both listed, neither (no
+	 * mask), or the active one listed and the parked one not. */
+	CHECK(vs_swap_for_preference(0, 1));
+	CHECK(!vs_swap_for_preference(1, 1));
+	CHECK(!vs_swap_for_preference(0, 0));
+	CHECK(!vs_swap_for_preference(1, 0));
 	/* The margin's edge: 768 is within a quarter of 1024, 767 not. */
 	CHECK(vs_episodes_decide(1024, 0, 768, 1, 1));
 	CHECK(!vs_episodes_decide(1024, 0, 767, 1, 1));
