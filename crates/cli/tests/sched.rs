@@ -390,22 +390,24 @@ fn parked_at_each_report(history: &Value) -> Vec<(u64, String)> {
 /// When the kernel's preferred-CPU mask changes under a narrowed set, the
 /// parked vCPU follows it at once (vs_swap_for_preference), not at the
 /// next trial, which a steady narrowed set never holds: the daemon's
-/// scheduler runs the blocking program for 20 s with vCPU 1 preferred
+/// scheduler runs the blocking program for 24 s with vCPU 1 preferred
 /// (so vCPU 0 parked), and 10 s in the guest writes 0 to the mask. Before
 /// the change, reports must show vCPU 0 parked at two or more and never
 /// vCPU 1; after it, vCPU 1 parked within SWAP_WITHIN_MS, and from then on
 /// never vCPU 0, at three reports or more.
 /// The control, the same build with the swap switched off (2026-12-06),
-/// kept vCPU 0 parked at all 8 reports after the change (0 swaps).
+/// kept vCPU 0 parked at every report after the change in 3 of 3 runs
+/// with this procedure (0 swaps).
 #[test]
 fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
     let _guard = common::serial();
     let script = format!(
-        "{} {} > /dev/null & B=$!; sleep 10; echo 0 > $S/preferred; echo \"@changed $(date +%s)\"; wait $B; \
+        "{} {} > /dev/null & B=$!; T=$(date +%s); sleep 10; echo 0 > $S/preferred; wait $B; \
+         echo \"@changed $((T + 10))\"; \
          echo \"@history $(vsched status --json --history | tr -d '\\n')\"; \
          echo \"@status $(vsched status --json | tr -d '\\n')\"; {}",
         consolidating_daemon_with_preferred(1),
-        blocking_program(20),
+        blocking_program(24),
         STOP_CONSOLIDATING_DAEMON
     );
     let guest = layout_with_schedbench("sched/two-free");
@@ -413,9 +415,23 @@ fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
     let text = &out[0].1;
     let changed_ms = marked_value(text, "@changed") as u64 * 1000;
     let parked = parked_at_each_report(&json_on_line(text, "@history "));
-    let swaps = counter(&json_on_line(text, "@status ")["sched"], "preference_swaps");
-    println!("mask changed at {changed_ms} ms; preference swaps {swaps}; parked at each report: {parked:?}");
-    // The change is stamped to the second: "before" ends a second early.
+    let sched = &json_on_line(text, "@status ")["sched"];
+    let swaps = counter(sched, "preference_swaps");
+    println!(
+        "mask changed at {changed_ms} ms; preference swaps {swaps}, parked {}, unparked {}, \
+         trials widened {}, undone {}; parked at each report: {parked:?}",
+        counter(sched, "parked"),
+        counter(sched, "unparked"),
+        counter(sched, "trials_widened"),
+        counter(sched, "trials_undone"),
+    );
+    // The change is stamped as the second before the 10 s sleep, plus 10:
+    // up to a second early, so "before" ends early. Nothing is forked at
+    // the change itself (`echo` and the redirection are the shell's
+    // own): a `$(date)` there, a fork and exec of several ms under the
+    // emulator, ran long enough to widen the set at once in 2 of 6 runs,
+    // and then the next narrowing parked the newly left-out vCPU without
+    // a swap, in the control too.
     let before: Vec<&str> = parked
         .iter()
         .filter(|(ms, _)| *ms < changed_ms)
@@ -439,16 +455,21 @@ fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
             && since.iter().all(|p| p.is_empty() || *p == "1"),
         "vCPU 0 preferred from then on, vCPU 1 parked instead: {parked:?}"
     );
-    assert!(swaps >= 1, "the swap was counted: {text}");
+    // Not asserted: `preference_swaps` >= 1. Where the set happens to
+    // widen as the mask arrives (a trial, or a long runner), the next
+    // narrowing parks the newly left-out vCPU by vs_park_first, no swap
+    // needed.
     assert!(text.contains("@exit 0"), "{text}");
 }
 
 /// How soon after the guest's stamp of a mask change (to the second: up
 /// to 1 s early) a report must show the swap: the mask reaches the
-/// scheduler with the next report, up to 2 s away when a heavy or
-/// topology step falls between (gaps of 2.0 s seen); the swap comes at
-/// the next 100 ms period; the report after it shows it, up to 2 s more.
-const SWAP_WITHIN_MS: u64 = 5500;
+/// scheduler with the next report, 2 s away when a heavy or topology
+/// step falls between (gaps of 2.0 s seen on a quiet host; a loaded one
+/// stretches them); the swap comes at the next 100 ms period; the report
+/// after it shows it, another such gap. Seen: 2.1-4.2 s. The control
+/// never swaps (it waits for a trial), so the bound may be generous.
+const SWAP_WITHIN_MS: u64 = 8000;
 
 /// The JSON on the line that starts with `prefix`.
 fn json_on_line(text: &str, prefix: &str) -> Value {
