@@ -63,9 +63,8 @@ pub struct Counts {
     /// Periods settled at the widest set (a long runner per vCPU): only
     /// run times read.
     pub settled_periods: u64,
-    /// Changes of the kernel's preferred CPUs that changed the order in
-    /// which vCPUs join the set (a narrowed set moved onto the newly
-    /// preferred ones at once).
+    /// Changes of the kernel's preferred CPUs that moved the active set
+    /// (a narrowed set moved onto the newly preferred vCPUs at once).
     pub preference_changes: u64,
 }
 
@@ -304,7 +303,8 @@ impl Consolidator {
     }
 
     /// Re-reads the kernel's preferred CPUs; whether the change moves the
-    /// set (the order in which vCPUs join it changed). As the scheduler's
+    /// active set (a new order of joining that leaves the set as it is,
+    /// at the widest for one, moves nothing). As the scheduler's
     /// vs_swap_for_preference, a narrowed set then moves at once, not at
     /// the next trial, which a steady set never holds.
     fn follow_preference(&mut self) -> bool {
@@ -316,7 +316,10 @@ impl Consolidator {
             return false;
         }
         self.preferred = now;
-        if !self.placement.prefer(self.preferred.as_deref()) {
+        let before = self.placement.set_of(self.active);
+        if !self.placement.prefer(self.preferred.as_deref())
+            || self.placement.set_of(self.active) == before
+        {
             return false;
         }
         self.counts.preference_changes += 1;

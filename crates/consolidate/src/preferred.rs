@@ -3,7 +3,7 @@
 //! preferred vCPUs join the active set first, the others only when the
 //! program needs more vCPUs than the kernel prefers.
 
-pub use vsched_sched::preferred::{read, read_kernels, KERNEL_FILE};
+pub use vsched_sched::preferred::{read, KERNEL_FILE};
 
 /// `cpus` in the order they join the active set: those in `preferred`
 /// first, then the rest, each part in numeric order. Without a

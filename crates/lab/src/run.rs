@@ -578,8 +578,10 @@ impl Boot<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     // The power-down message may have split the runner's
                     // last line, with no line after it to complete it.
-                    match transcript.split_line.take() {
-                        Some(start) if !start.is_empty() => (Instant::now(), start),
+                    // (Taken as an empty line's continuation: the console
+                    // already holds the raw line.)
+                    match transcript.split_line.as_deref() {
+                        Some(start) if !start.is_empty() => (Instant::now(), String::new()),
                         _ => return Err(transcript.qemu_exited(&mut guest, stderr_text)),
                     }
                 }
@@ -812,15 +814,18 @@ struct Transcript {
 const POWER_DOWN: &str = "] reboot: Power down";
 
 /// Where a console line holds the kernel's power-down message
-/// (`[   27.054285] reboot: Power down`): the text before it. The message
-/// ends in its own newline, so what the tty sends next (the rest of the
-/// split line) arrives as the next line.
+/// (`[   27.054285] reboot: Power down`, the stamp as printk writes it:
+/// seconds, a dot, six digits of microseconds; a kernel built with
+/// CONFIG_PRINTK_CALLER adds a `[T1]` field, which none of the lab's
+/// does): the text before it. The message ends in its own newline, so
+/// what the tty sends next (the rest of the split line) arrives as the
+/// next line.
 fn power_down_split(line: &str) -> Option<&str> {
     let end = line.find(POWER_DOWN)?;
     let open = line[..end].rfind('[')?;
-    let stamp = line[open + 1..end].trim_start();
-    let is_stamp = !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    is_stamp.then(|| &line[..open])
+    let (seconds, micros) = line[open + 1..end].trim_start().split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(seconds) && micros.len() == 6 && digits(micros)).then(|| &line[..open])
 }
 
 impl Transcript {
@@ -839,7 +844,8 @@ impl Transcript {
     ) -> Option<Marker> {
         self.console.push(line.clone());
         let line = match self.split_line.take() {
-            Some(start) => start + &line,
+            // The message may have come between the tty's \r and \n.
+            Some(start) => (start + &line).trim_end_matches('\r').to_string(),
             None => line,
         };
         if let Some(start) = power_down_split(&line) {
@@ -969,11 +975,15 @@ mod tests {
             "  \"stack_mates\": [\n      ]\n    }"
         );
         // Mid-word, and at a line's start with more after it.
-        assert_eq!(output_of(&["12[ 3.1] reboot: Power down", "34"]), "1234");
-        assert_eq!(output_of(&["[ 3.1] reboot: Power down", "next"]), "next");
+        assert_eq!(output_of(&["12[    3.100000] reboot: Power down", "34"]), "1234");
+        assert_eq!(output_of(&["[    3.100000] reboot: Power down", "next"]), "next");
+        // Between the tty's \r and \n: no \r is left.
+        assert_eq!(output_of(&["ab\r[    3.100000] reboot: Power down", ""]), "ab");
         // Text that only looks like it stays.
-        assert_eq!(output_of(&["[x] reboot: Power down"]), "[x] reboot: Power down");
-        assert_eq!(power_down_split("[ 3.1] reboot: Power down"), Some(""));
+        for look_alike in ["[x] reboot: Power down", "[1] reboot: Power down", "[.] reboot: Power down"] {
+            assert_eq!(output_of(&[look_alike]), look_alike);
+        }
+        assert_eq!(power_down_split("[ 1234.567890] reboot: Power down"), Some(""));
         assert_eq!(power_down_split("reboot: Power down"), None);
     }
 

@@ -359,28 +359,34 @@ static void consolidate_period(struct consolidate_scan *sc, u64 now)
  * (vs_swap_for_preference), the weakest active vCPU of `sc` for the
  * strongest parked one; whether it did. The set's speed changed under
  * any trial: its comparison is void, and the trials start again from
- * steady periods.
+ * steady periods. Not while the trials wait after the set was widened at
+ * once (vs_trials_overruled) or a trial failed: on 3 or more vCPUs a
+ * task allowed only on vCPUs the mask leaves out gets one back at once
+ * (consolidate_before_queueing), which the swap would take away again at
+ * every period; the doubling wait bounds that as it bounds the trials.
  */
-static bool swap_for_preference(struct consolidate_scan *sc)
+static bool swap_for_preference(struct consolidate_scan *sc, u64 now)
 {
-	struct consolidate_trial *t;
+	struct consolidate_trial *t = trial_state();
 	bool by_episodes;
 	s32 parked;
 
-	if (!nr_parked || sc->weakest < 0)
+	if (!t || !nr_parked || sc->weakest < 0 || now < t->trials.not_before_ns)
 		return false;
 	parked = strongest_parked(NULL, &by_episodes);
 	if (parked < 0 ||
 	    !vs_swap_for_preference(sc->weakest_preferred, kernel_prefers(parked)))
 		return false;
-	set_parked(parked, false);
+	/* Given back first, so that the set is never empty; where another
+	 * path gave it back meanwhile, nothing is parked in exchange. */
+	if (!set_parked(parked, false))
+		return false;
 	set_parked(sc->weakest, true);
 	count(VS_STAT_PREFERENCE_SWAPS);
-	t = trial_state();
-	if (t) {
-		vs_trials_upset(&t->trials);
-		t->cpu = -1;
-	}
+	if (by_episodes)
+		count(VS_STAT_CHOSEN_BY_EPISODES);
+	vs_trials_upset(&t->trials);
+	t->cpu = -1;
 	return true;
 }
 
@@ -444,7 +450,7 @@ static int consolidate_timer_fired(void *map, int *key,
 	if (!sc->active) {
 		/* RWC hid every active vCPU: never leave none. */
 		unpark_strongest(NULL);
-	} else if (!swap_for_preference(sc)) {
+	} else if (!swap_for_preference(sc, now)) {
 		consolidate_period(sc, now);
 	}
 	bpf_timer_start(&ct->timer, VS_CONSOLIDATE_PERIOD_NS, 0);
