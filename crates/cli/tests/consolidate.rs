@@ -48,9 +48,7 @@ fn consolidation_narrows_for_a_blocking_program_and_widens_for_cpu_bound_work() 
         .map(|i| {
             run("", cpu_bound, &format!("default-cpu-{i}"))
                 + &run(
-                    &format!(
-                        "vsched run --consolidate --consolidate-json /tmp/phases-{i}.json --"
-                    ),
+                    &format!("vsched run --consolidate --consolidate-json /tmp/phases-{i}.json --"),
                     &format!("sh -c '{} >/dev/null; {cpu_bound}'", blocking_program(4)),
                     &format!("phases-{i}"),
                 )
@@ -282,7 +280,11 @@ fn a_narrowed_set_follows_the_kernels_preferred_vcpus_when_they_change() {
         text.contains("after: 0\n"),
         "onto vCPU 0 once it was: {text}"
     );
-    assert_eq!(report["preferred_cpus"], serde_json::json!([0]), "{report:#}");
+    assert_eq!(
+        report["preferred_cpus"],
+        serde_json::json!([0]),
+        "{report:#}"
+    );
     assert!(
         count(&report, "preference_changes") >= 1,
         "the change was counted: {report:#}"

@@ -446,7 +446,10 @@ fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
         .iter()
         .position(|(ms, p)| *ms >= changed_ms && p == "1")
         .unwrap_or_else(|| panic!("vCPU 1 was never parked after the change: {parked:?}"));
-    let since: Vec<&str> = parked[swapped_at..].iter().map(|(_, p)| p.as_str()).collect();
+    let since: Vec<&str> = parked[swapped_at..]
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect();
     assert!(
         parked[swapped_at].0 <= changed_ms + SWAP_WITHIN_MS,
         "vCPU 1 parked within {SWAP_WITHIN_MS} ms of the change: {parked:?}"

@@ -125,7 +125,10 @@ impl Consolidator {
     /// vCPU of `opts.cpus`.
     pub fn new(root: i32, opts: Options, journal: Option<Journal>) -> Consolidator {
         let active = opts.cpus.len();
-        let preferred = opts.preferred_file.as_deref().and_then(crate::preferred::read);
+        let preferred = opts
+            .preferred_file
+            .as_deref()
+            .and_then(crate::preferred::read);
         Consolidator {
             root,
             placement: Placement::new(opts.cpus, preferred.as_deref(), journal),

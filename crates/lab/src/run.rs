@@ -971,19 +971,40 @@ mod tests {
     #[test]
     fn the_power_down_message_is_cut_out_of_a_commands_output() {
         assert_eq!(
-            output_of(&["  \"stack_mates\": [", "      ][   27.054285] reboot: Power down", "", "    }"]),
+            output_of(&[
+                "  \"stack_mates\": [",
+                "      ][   27.054285] reboot: Power down",
+                "",
+                "    }"
+            ]),
             "  \"stack_mates\": [\n      ]\n    }"
         );
         // Mid-word, and at a line's start with more after it.
-        assert_eq!(output_of(&["12[    3.100000] reboot: Power down", "34"]), "1234");
-        assert_eq!(output_of(&["[    3.100000] reboot: Power down", "next"]), "next");
+        assert_eq!(
+            output_of(&["12[    3.100000] reboot: Power down", "34"]),
+            "1234"
+        );
+        assert_eq!(
+            output_of(&["[    3.100000] reboot: Power down", "next"]),
+            "next"
+        );
         // Between the tty's \r and \n: no \r is left.
-        assert_eq!(output_of(&["ab\r[    3.100000] reboot: Power down", ""]), "ab");
+        assert_eq!(
+            output_of(&["ab\r[    3.100000] reboot: Power down", ""]),
+            "ab"
+        );
         // Text that only looks like it stays.
-        for look_alike in ["[x] reboot: Power down", "[1] reboot: Power down", "[.] reboot: Power down"] {
+        for look_alike in [
+            "[x] reboot: Power down",
+            "[1] reboot: Power down",
+            "[.] reboot: Power down",
+        ] {
             assert_eq!(output_of(&[look_alike]), look_alike);
         }
-        assert_eq!(power_down_split("[ 1234.567890] reboot: Power down"), Some(""));
+        assert_eq!(
+            power_down_split("[ 1234.567890] reboot: Power down"),
+            Some("")
+        );
         assert_eq!(power_down_split("reboot: Power down"), None);
     }
 
