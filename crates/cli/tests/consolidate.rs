@@ -7,8 +7,8 @@
 mod common;
 
 use common::lab::{
-    blocking_program, layout_with_schedbench, marked_value as value, run_counting_ipis as run,
-    run_in_guest,
+    blocking_program, fake_preferred_mask, layout_with_schedbench, marked_value as value,
+    run_counting_ipis as run, run_in_guest,
 };
 use common::summary_after;
 use serde_json::Value;
@@ -219,10 +219,7 @@ fn narrowed_set_script(before: &str, marker: &str) -> String {
 #[test]
 fn a_narrowed_set_is_made_of_the_kernels_preferred_vcpus() {
     let _guard = common::serial();
-    let fake =
-        "mount -t tmpfs none /sys/devices/system/cpu && echo 0-1 > /sys/devices/system/cpu/online \
-                && echo 1 > /sys/devices/system/cpu/preferred &&";
-    let preferred = narrowed_set_script(fake, "preferred") + "umount /sys/devices/system/cpu; ";
+    let preferred = narrowed_set_script(&fake_preferred_mask(1), "preferred") + "umount $S; ";
     let control = narrowed_set_script("", "control");
     let guest = layout_with_schedbench("layouts/two-free");
     let out = run_in_guest(&guest, &[&preferred, &control]);
@@ -258,13 +255,13 @@ fn a_narrowed_set_follows_the_kernels_preferred_vcpus_when_they_change() {
     let _guard = common::serial();
     let single_cpu = "grep -hE 'Cpus_allowed_list:[[:space:]]+[0-9]+$' /proc/$P/task/*/status | head -1 | awk '{print $2}'";
     let script = format!(
-        "S=/sys/devices/system/cpu; mount -t tmpfs none $S && echo 0-1 > $S/online && echo 1 > $S/preferred; \
-         vsched run --consolidate --consolidate-json /tmp/moved.json -- {} > /dev/null & V=$!; P=; \
+        "{} vsched run --consolidate --consolidate-json /tmp/moved.json -- {} > /dev/null & V=$!; P=; \
          {FIND_PROGRAM} \
          for i in $(seq 100); do N=$({single_cpu}); [ -n \"$N\" ] && break; sleep 0.1; done; \
          echo \"before: $N\"; echo 0 > $S/preferred; \
          for i in $(seq 50); do N=$({single_cpu}); [ \"$N\" = 0 ] && break; sleep 0.1; done; \
          echo \"after: $N\"; wait $V; echo @moved; cat /tmp/moved.json; umount $S; ",
+        fake_preferred_mask(1),
         blocking_program(12)
     );
     let guest = layout_with_schedbench("layouts/two-free");

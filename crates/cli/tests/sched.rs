@@ -12,8 +12,8 @@
 mod common;
 
 use common::lab::{
-    blocking_program, hidden_vcpus, layout_with_schedbench, marked_value, run_counting_ipis,
-    run_in_guest, wait_state,
+    blocking_program, fake_preferred_mask, hidden_vcpus, layout_with_schedbench, marked_value,
+    run_counting_ipis, run_in_guest, wait_state,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
@@ -349,17 +349,15 @@ fn consolidation_parks_only_the_vcpu_the_kernel_does_not_prefer() {
     assert_eq!(text.matches("@exit 0").count(), 2, "{text}");
 }
 
-/// Shell: a tmpfs over /sys/devices/system/cpu with a preferred-CPU mask
-/// listing `preferred` and what vsched and its libraries read there for
-/// the CPU count (`online`, `possible`, a `cpuN` per vCPU of the 2-vCPU
-/// guest); then `vsched daemon --sched --consolidate --no-bvs` started
-/// ($D), loaded, and its first model in (the mask comes with it).
+/// Shell: a faked preferred-CPU mask listing `preferred`
+/// (common::lab::fake_preferred_mask, $S); then `vsched daemon --sched
+/// --consolidate --no-bvs` started ($D), loaded, and its first model in
+/// (the mask comes with it).
 fn consolidating_daemon_with_preferred(preferred: u32) -> String {
     format!(
-        "S=/sys/devices/system/cpu; mount -t tmpfs none $S && mkdir $S/cpu0 $S/cpu1 && echo 0-1 > $S/online \
-         && echo 0-1 > $S/possible && echo {preferred} > $S/preferred; \
-         vsched daemon --sched --consolidate --no-bvs 2>/tmp/daemon.log & D=$!; {}; \
+        "{} vsched daemon --sched --consolidate --no-bvs 2>/tmp/daemon.log & D=$!; {}; \
          for i in $(seq 100); do vsched status --json 2>/dev/null | grep -q '\"model_updates\":[1-9]' && break; sleep 0.2; done; ",
+        fake_preferred_mask(preferred),
         wait_state("enabled")
     )
 }

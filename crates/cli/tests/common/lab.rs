@@ -195,3 +195,15 @@ pub fn hidden_vcpus(summary: &Value) -> Vec<usize> {
         .filter_map(|m| m["cpu"].as_u64().map(|c| c as usize))
         .collect()
 }
+
+/// Shell: a tmpfs over /sys/devices/system/cpu (as $S; `umount $S` ends
+/// it) holding a preferred-CPU mask that lists `preferred`, and what
+/// vsched and its libraries read there for a 2-vCPU guest's CPU count
+/// (`online`, `possible`, `cpu0`, `cpu1`). No lab kernel writes the mask
+/// (none of Debian's sets CONFIG_PREFERRED_CPU).
+pub fn fake_preferred_mask(preferred: u32) -> String {
+    format!(
+        "S=/sys/devices/system/cpu; mount -t tmpfs none $S && mkdir $S/cpu0 $S/cpu1 && echo 0-1 > $S/online \
+         && echo 0-1 > $S/possible && echo {preferred} > $S/preferred; "
+    )
+}
