@@ -301,8 +301,9 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
 /// emulator to widen the set) must show a vCPU parked at three reports or
 /// more, and never the preferred one. The program starts once the first
 /// model is in: the mask reaches the scheduler with it, and a set narrowed
-/// before then is swapped at the first report, which this test does not
-/// measure (the next test does a change of the mask). Each arm is the
+/// before then is swapped at the period after the first report, whose
+/// sample is therefore not judged (the next test measures a change of
+/// the mask). Each arm is the
 /// other's control: without the rule the weaker by a capacity reading is
 /// parked, and on two free vCPUs whose readings lie within ±15% of each
 /// other that is the same vCPU in both arms, or either (measured
@@ -329,11 +330,17 @@ fn consolidation_parks_only_the_vcpu_the_kernel_does_not_prefer() {
     let text = &out[0].1;
     for (preferred, other) in [(1u64, 0u64), (0, 1)] {
         let history = json_on_line(text, &format!("@history{preferred} "));
+        // From the second report: the first carries the mask, and its
+        // sample is read right after it is fed, before the next period's
+        // swap, so it shows a set the idle guest narrowed before the mask
+        // was known (seen: vCPU 1 parked at the first report with vCPU 1
+        // preferred, vCPU 0 from the second on).
         let parked: Vec<String> = parked_at_each_report(&history)
             .into_iter()
+            .skip(1)
             .map(|(_, parked)| parked)
             .collect();
-        println!("vCPU {preferred} preferred, parked at each report: {parked:?}");
+        println!("vCPU {preferred} preferred, parked at each report after the first: {parked:?}");
         let parked_at = parked.iter().filter(|p| !p.is_empty()).count();
         assert!(
             parked_at >= 3,
