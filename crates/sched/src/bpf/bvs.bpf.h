@@ -35,13 +35,16 @@ static bool fresh_active(s32 cpu, u64 now, u64 need_ns)
 
 /* Whether `cpu` runs a short latency-sensitive task with fewer than
  * VS_BVS_MAX_BEHIND tasks queued behind it (a waking one would wait
- * about their runs, a fraction of a millisecond each). */
+ * about their runs, a fraction of a millisecond each), and no normal
+ * task waits for it in the queues the wait would overtake
+ * (normal_tasks_wait_for). */
 static bool runs_short_task(s32 cpu)
 {
 	struct vcpu_live *l = live_of(cpu);
 
 	return l && l->curr_pid && l->curr_short &&
-	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) < VS_BVS_MAX_BEHIND;
+	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) < VS_BVS_MAX_BEHIND &&
+	       !normal_tasks_wait_for(cpu);
 }
 
 static bool is_low_latency(s32 cpu)

@@ -487,7 +487,7 @@ static s32 consolidate_init(void)
 /*
  * A synchronous wake-up (the waker is about to wait, as in a pipe
  * ping-pong): the wakee takes the waker's vCPU when nothing else is
- * queued there, rather than waking a halted vCPU (about 40 us under
+ * queued there (nor waits for it: normal_tasks_wait_for), rather than waking a halted vCPU (about 40 us under
  * TCG, an IPI and a host wake-up on any hypervisor): the vCPU, or -1.
  * Measured: a pipe ping-pong pair ran 3x faster this way than by waking
  * prev. Also when the waker runs on the wakee's own prev: the pair then
@@ -501,7 +501,8 @@ static s32 local_wake_cpu(const struct task_struct *p, s32 prev_cpu,
 	if (!local_wake_enabled || !(wake_flags & VS_WAKE_SYNC))
 		return -1;
 	if (!bpf_cpumask_test_cpu(waker, p->cpus_ptr) || !visible(waker) ||
-	    scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker))
+	    scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker) ||
+	    normal_tasks_wait_for(waker))
 		return -1;
 	if (waker != prev_cpu && !vs_keep_prev(score(waker), score(prev_cpu)))
 		return -1;

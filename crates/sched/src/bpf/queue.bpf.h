@@ -178,6 +178,25 @@ static s32 orphans_on(void)
 }
 
 /*
+ * Whether normal tasks wait for visible `cpu` in the vtime-ordered
+ * queues: its own, or a hidden or parked vCPU's orphans, which it takes
+ * first. A wake-up inserted straight into `cpu`'s local queue (BVS's wait
+ * behind a short task, the local wake-up) overtakes them, and two threads
+ * that keep handing the vCPU to each other that way never leave its local
+ * queue empty: dispatch never runs, and every task waiting for the vCPU
+ * starves until sched_ext's watchdog ejects the scheduler. Seen with a
+ * 2-thread barrier on the only vCPU that RWC and consolidation left
+ * visible (3-vCPU guest with a stacked pair; the program's own sampling
+ * thread, the probers and a kworker waited 29 s;
+ * crates/cli/tests/sched_faults.rs,
+ * consolidation_survives_vcpus_going_offline_and_coming_back).
+ */
+static bool normal_tasks_wait_for(s32 cpu)
+{
+	return scx_bpf_dsq_nr_queued(normal_dsq(cpu)) || orphans_on() >= 0;
+}
+
+/*
  * Runs the next normal task on visible `cpu`: a hidden vCPU's orphan,
  * else its own queue's head, else the head of the longest other queue.
  */
