@@ -13,7 +13,7 @@ mod common;
 
 use common::lab::{
     blocking_program, fake_preferred_mask, hidden_vcpus, layout_with_schedbench, marked_value,
-    run_counting_ipis, run_in_guest, wait_state,
+    run_counting_ipis, run_in_guest, timeline_rates, wait_state,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
@@ -686,23 +686,6 @@ fn consolidation_and_bvs_leave_no_task_waiting_behind_a_wake_up_pair() {
 /// How long the wake-up pair's program runs: the stall came within its
 /// first two seconds, and the set narrows within about 3 s.
 const PAIR_PROGRAM_SECONDS: u32 = 16;
-
-/// The rounds per second in each second of a `schedbench timeline` run,
-/// from its "@timeline" line ("s_per_round S interval_ms 1000 t0 R t1 R
-/// ...").
-fn timeline_rates(text: &str) -> Vec<f64> {
-    let words: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.strip_prefix("@timeline "))
-        .unwrap_or_else(|| panic!("no timeline: {text}"))
-        .split_whitespace()
-        .collect();
-    words
-        .chunks(2)
-        .filter(|kv| kv.len() == 2 && kv[0].starts_with('t') && kv[0][1..].parse::<u32>().is_ok())
-        .filter_map(|kv| kv[1].parse().ok())
-        .collect()
-}
 
 /// Consolidation (consolidate.bpf.h) narrows the active vCPUs under a
 /// blocking program whose threads run briefly between barriers, and the

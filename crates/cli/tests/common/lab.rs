@@ -184,6 +184,23 @@ pub fn blocking_program(seconds: u32) -> String {
     format!("schedbench timeline 2 {seconds} 1000 200")
 }
 
+/// The rounds per second in each second of a `schedbench timeline` run,
+/// from its "@timeline" line ("s_per_round S interval_ms 1000 t0 R t1 R
+/// ...").
+pub fn timeline_rates(text: &str) -> Vec<f64> {
+    let words: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("@timeline "))
+        .unwrap_or_else(|| panic!("no timeline: {text}"))
+        .split_whitespace()
+        .collect();
+    words
+        .chunks(2)
+        .filter(|kv| kv.len() == 2 && kv[0].starts_with('t') && kv[0][1..].parse::<u32>().is_ok())
+        .filter_map(|kv| kv[1].parse().ok())
+        .collect()
+}
+
 /// The vCPUs a `vsched sched` summary's model hides (stacked or straggler:
 /// RWC's reasons), in order.
 pub fn hidden_vcpus(summary: &Value) -> Vec<usize> {
