@@ -502,8 +502,9 @@ static s32 consolidate_init(void)
 /*
  * A synchronous wake-up (the waker is about to wait, as in a pipe
  * ping-pong): the wakee takes the waker's vCPU when nothing else is
- * queued there (nor waits for it: normal_tasks_wait_for), rather than waking a halted vCPU (about 40 us under
- * TCG, an IPI and a host wake-up on any hypervisor): the vCPU, or -1.
+ * queued there nor waits for it (normal_tasks_wait_for), rather than
+ * waking a halted vCPU (about 40 us under TCG, an IPI and a host wake-up
+ * on any hypervisor): the vCPU, or -1.
  * Measured: a pipe ping-pong pair ran 3x faster this way than by waking
  * prev. Also when the waker runs on the wakee's own prev: the pair then
  * stays together instead of crossing vCPUs every other hop.

@@ -187,9 +187,8 @@ static s32 orphans_on(void)
  * starves until sched_ext's watchdog ejects the scheduler. Seen with a
  * 2-thread barrier on the only vCPU that RWC and consolidation left
  * visible (3-vCPU guest with a stacked pair; the program's own sampling
- * thread, the probers and a kworker waited 29 s;
- * crates/cli/tests/sched_faults.rs,
- * consolidation_survives_vcpus_going_offline_and_coming_back).
+ * thread, the probers and a kworker waited 29 s; crates/cli/tests/sched.rs,
+ * consolidation_and_bvs_leave_no_task_waiting_behind_a_wake_up_pair).
  */
 static bool normal_tasks_wait_for(s32 cpu)
 {
