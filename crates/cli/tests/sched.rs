@@ -12,8 +12,8 @@
 mod common;
 
 use common::lab::{
-    blocking_program, fake_preferred_mask, hidden_vcpus, layout_with_schedbench, marked_value,
-    run_counting_ipis, run_in_guest, timeline_rates, wait_state,
+    blocking_program, fake_preferred_mask, hidden_vcpus, json_on_line, layout_with_schedbench,
+    marked_value, run_counting_ipis, run_in_guest, timeline_rates, wait_state,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
@@ -479,15 +479,6 @@ fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
 /// after it shows it, another such gap. Seen: 2.1-4.2 s. The control
 /// never swaps (it waits for a trial), so the bound may be generous.
 const SWAP_WITHIN_MS: u64 = 8000;
-
-/// The JSON on the line that starts with `prefix`.
-fn json_on_line(text: &str, prefix: &str) -> Value {
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .unwrap_or_else(|| panic!("no {prefix}line: {text}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
-}
 
 /// A slice that runs out where its end could only keep the task is renewed
 /// at the tick (policy.h `vs_renews_slice`): with a CPU-bound thread on

@@ -10,8 +10,8 @@
 mod common;
 
 use common::lab::{
-    bench_program, blocking_program, hidden_vcpus, layout_with, layout_with_schedbench,
-    run_in_guest, timeline_rates, wait_state,
+    bench_program, blocking_program, hidden_vcpus, json_on_line, layout_with,
+    layout_with_schedbench, run_in_guest, timeline_rates, wait_state,
 };
 
 /// The lines of `text` that start with `prefix`.
@@ -120,11 +120,7 @@ fn consolidation_survives_vcpus_going_offline_and_coming_back() {
         text.contains("loaded it again"),
         "the kernel's hotplug ejection was followed by a reload: {text}"
     );
-    let summary: serde_json::Value = text
-        .lines()
-        .find_map(|l| l.strip_prefix("@summary "))
-        .and_then(|j| serde_json::from_str(j).ok())
-        .unwrap_or_else(|| panic!("no summary: {text}"));
+    let summary = json_on_line(text, "@summary ");
     let count = |name: &str| summary["counters"][name].as_u64().unwrap_or(0);
     println!(
         "restarts {}, parked {}, unparked {}, trials undone {}, bvs behind short {}, local wake-ups {}",

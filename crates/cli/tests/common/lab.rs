@@ -184,6 +184,15 @@ pub fn blocking_program(seconds: u32) -> String {
     format!("schedbench timeline 2 {seconds} 1000 200")
 }
 
+/// The JSON on the line that starts with `prefix`.
+pub fn json_on_line(text: &str, prefix: &str) -> Value {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}line: {text}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
 /// The rounds per second in each second of a `schedbench timeline` run,
 /// from its "@timeline" line ("s_per_round S interval_ms 1000 t0 R t1 R
 /// ...").
