@@ -416,6 +416,47 @@ fn a_guest_panic_of_the_commands_own_is_not_taken_for_the_emulators() {
     );
 }
 
+/// A guest whose commands outlive the layout's `run_timeout_s` is asked
+/// where it is before the lab gives up: the error quotes QEMU's vCPUs and
+/// the guest kernel's answer to SysRq (each CPU's backtrace, the blocked
+/// tasks), so that a hang seen once in CI says whether the kernel still
+/// ran. Control: booted without `sysrq_always_enabled` (the kernel's
+/// default allows no dumps), the same test failed at the first backtrace
+/// check, its report holding only the log level's lines.
+#[test]
+fn a_hung_guest_is_asked_where_its_vcpus_are_before_the_lab_gives_up() {
+    let _guard = common::serial();
+    let dir = common::TempDir::new("hung-guest");
+    let hung = dir.0.join("hung.toml");
+    let two_free = std::fs::read_to_string(layout("two-free")).unwrap();
+    std::fs::write(&hung, format!("run_timeout_s = 10\n{two_free}")).unwrap();
+    let out = vsched(&[
+        "lab",
+        "run",
+        hung.to_str().unwrap(),
+        "--cmd",
+        "echo @hanging; sleep 600",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("did not finish within 10 s") && stderr.contains("@hanging"),
+        "the timeout, with the console before the keys: {stderr}"
+    );
+    assert!(stderr.contains("QEMU's vCPUs:\n* CPU #0"), "{stderr}");
+    assert!(
+        stderr.contains("the guest kernel's answer to SysRq 7lw"),
+        "{stderr}"
+    );
+    for cpu in 0..2 {
+        assert!(
+            stderr.contains(&format!("NMI backtrace for cpu {cpu}")),
+            "vCPU {cpu}'s backtrace: {stderr}"
+        );
+    }
+    assert!(stderr.contains("sysrq: Show Blocked State"), "{stderr}");
+}
+
 #[test]
 fn bad_layouts_and_paths_are_refused() {
     let _guard = common::serial();

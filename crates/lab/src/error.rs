@@ -142,10 +142,12 @@ pub enum LabError {
         accel: String,
         console_tail: String,
     },
-    #[error("the guest's commands did not finish within {timeout_s:.0} s; last console lines:\n{console_tail}")]
+    #[error("the guest's commands did not finish within {timeout_s:.0} s; last console lines:\n{console_tail}\n{hang_report}")]
     RunTimeout {
         timeout_s: f64,
         console_tail: String,
+        /// What the hung guest said of itself (run::ask_hung_guest).
+        hang_report: String,
     },
     /// The guest kernel panicked: while booting (before any command ran,
     /// so nothing of the layout's commands can be to blame), or during them.

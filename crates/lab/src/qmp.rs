@@ -1,4 +1,5 @@
-//! Just enough of QEMU's machine protocol (QMP) to find vCPU threads.
+//! Just enough of QEMU's machine protocol (QMP) to find vCPU threads and,
+//! when a guest hangs, to ask its kernel where it is (magic SysRq keys).
 
 use crate::error::QmpError;
 use serde_json::{json, Value};
@@ -54,7 +55,16 @@ impl Qmp {
 
     /// Runs a command and returns its "return" value (skipping events).
     pub fn execute(&mut self, command: &str) -> Result<Value, QmpError> {
-        writeln!(self.writer, "{}", json!({ "execute": command }))?;
+        self.execute_with(command, json!({}))
+    }
+
+    /// Runs a command with `arguments` and returns its "return" value.
+    pub fn execute_with(&mut self, command: &str, arguments: Value) -> Result<Value, QmpError> {
+        writeln!(
+            self.writer,
+            "{}",
+            json!({ "execute": command, "arguments": arguments })
+        )?;
         loop {
             let msg = self.read_message()?;
             if let Some(ret) = msg.get("return") {
@@ -74,6 +84,37 @@ impl Qmp {
         let cpus = self.execute("query-cpus-fast")?;
         parse_vcpu_threads(&cpus)
     }
+}
+
+impl Qmp {
+    /// Presses Alt+SysRq+`key` on the guest's PS/2 keyboard: the kernel's
+    /// magic SysRq, which the lab's guests allow in full
+    /// (`sysrq_always_enabled`). An upper-case key is pressed with Shift
+    /// (sched_ext's state dump is 'D', 'd' another one).
+    pub fn send_sysrq(&mut self, key: char) -> Result<(), QmpError> {
+        self.execute_with("send-key", json!({ "keys": sysrq_keys(key) }))?;
+        Ok(())
+    }
+
+    /// The text of a human monitor command (`info cpus`).
+    pub fn human(&mut self, command_line: &str) -> Result<String, QmpError> {
+        let out = self.execute_with(
+            "human-monitor-command",
+            json!({ "command-line": command_line }),
+        )?;
+        Ok(out.as_str().unwrap_or_default().to_string())
+    }
+}
+
+/// The keys `send-key` holds down together for SysRq+`key`.
+fn sysrq_keys(key: char) -> Vec<Value> {
+    let qcode = |k: &str| json!({ "type": "qcode", "data": k });
+    let mut keys = vec![qcode("alt"), qcode("sysrq")];
+    if key.is_ascii_uppercase() {
+        keys.push(qcode("shift"));
+    }
+    keys.push(qcode(&key.to_ascii_lowercase().to_string()));
+    keys
 }
 
 pub fn parse_vcpu_threads(cpus: &Value) -> Result<Vec<i32>, QmpError> {
@@ -107,5 +148,18 @@ mod tests {
         ]);
         assert_eq!(parse_vcpu_threads(&v).unwrap(), vec![2001, 2002]);
         assert!(parse_vcpu_threads(&json!({})).is_err());
+    }
+
+    #[test]
+    fn sysrq_keys_hold_alt_sysrq_and_shift_for_upper_case() {
+        let data = |k: char| -> Vec<String> {
+            sysrq_keys(k)
+                .iter()
+                .map(|v| v["data"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(data('l'), ["alt", "sysrq", "l"]);
+        assert_eq!(data('D'), ["alt", "sysrq", "shift", "d"]);
+        assert_eq!(data('7'), ["alt", "sysrq", "7"]);
     }
 }

@@ -404,11 +404,13 @@ fn tail(lines: &[String], n: usize) -> String {
 /// The guest kernel's command line: the serial console, no messages but
 /// emergencies (they would interleave with the commands' output; the one
 /// every run ends with, the power-down, is cut out of it: POWER_DOWN), a panic
-/// ends QEMU at once (`-no-reboot`), and systemd keeps its status lines
+/// ends QEMU at once (`-no-reboot`), every SysRq key works (a hung guest is
+/// asked where it is: ask_hung_guest), and systemd keeps its status lines
 /// off the console too.
 fn kernel_command_line(root: GuestRoot) -> String {
     let mut line = String::from(
-        "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off",
+        "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init tsc=reliable mitigations=off \
+         sysrq_always_enabled",
     );
     if root == GuestRoot::Debian {
         line.push_str(" systemd.show_status=false");
@@ -567,9 +569,12 @@ impl Boot<'_> {
                 .first_command
                 .is_some_and(|t| t.elapsed() > run_timeout)
             {
+                let console_tail = transcript.tail();
+                guest.thaw_all();
                 return Err(LabError::RunTimeout {
                     timeout_s: run_timeout.as_secs_f64(),
-                    console_tail: transcript.tail(),
+                    console_tail,
+                    hang_report: ask_hung_guest(&mut qmp, &lines),
                 });
             }
             let (arrived, line) = match lines.recv_timeout(Duration::from_millis(20)) {
@@ -613,6 +618,70 @@ impl Boot<'_> {
             console: transcript.console.join("\n"),
         })
     }
+}
+
+/// The SysRq keys pressed in a guest whose commands hung, in order: the
+/// console's log level up to 7 (the lab boots with 1, which would hide the
+/// answers), each CPU's backtrace ('l') and the tasks blocked in the
+/// kernel ('w'). sched_ext's own dump ('D') is left out: it goes to a
+/// trace event, not the console; a scheduler that stalls tasks is dumped
+/// by sched_ext's watchdog through the loader anyway.
+const HANG_SYSRQ_KEYS: [char; 3] = ['7', 'l', 'w'];
+
+/// How long the console is read after each of HANG_SYSRQ_KEYS: a backtrace
+/// of four vCPUs reaches the 115200-baud console in well under a second
+/// under TCG; a guest that prints nothing in this time is not answering.
+const HANG_SYSRQ_WAIT: Duration = Duration::from_millis(1500);
+
+/// Lines of the guest's answer quoted in the error: four CPUs' backtraces
+/// and sched_ext's dump of a small guest, without a huge task list.
+const HANG_REPORT_LINES: usize = 250;
+
+/// What a guest whose commands hung says of itself, for the run's error:
+/// QEMU's view of each vCPU and the guest kernel's answer to SysRq
+/// (HANG_SYSRQ_KEYS). A kernel that answers nothing has no vCPU taking
+/// interrupts (or cannot print): a hard hang of the kernel or the
+/// emulator, which tells it apart from a scheduler that leaves tasks
+/// waiting.
+fn ask_hung_guest(qmp: &mut Qmp, lines: &mpsc::Receiver<(Instant, String)>) -> String {
+    let mut report = match qmp.human("info cpus") {
+        Ok(cpus) => format!("QEMU's vCPUs:\n{}\n", cpus.trim_end()),
+        Err(e) => format!("QEMU's vCPUs: not known ({e})\n"),
+    };
+    let mut answer = Vec::new();
+    for key in HANG_SYSRQ_KEYS {
+        if let Err(e) = qmp.send_sysrq(key) {
+            report.push_str(&format!("SysRq {key} could not be sent: {e}\n"));
+            break;
+        }
+        let deadline = Instant::now() + HANG_SYSRQ_WAIT;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok((_, line)) => answer.push(line),
+                Err(_) => break,
+            }
+        }
+    }
+    if answer.is_empty() {
+        report.push_str(
+            "the guest kernel printed nothing for SysRq: no vCPU takes interrupts, \
+             or the kernel cannot print (a hard hang of the kernel or the emulator)",
+        );
+    } else {
+        let shown = answer.len().min(HANG_REPORT_LINES);
+        report.push_str(&format!(
+            "the guest kernel's answer to SysRq {} ({} lines{}):\n{}",
+            HANG_SYSRQ_KEYS.iter().collect::<String>(),
+            answer.len(),
+            if shown < answer.len() {
+                format!(", the first {shown}")
+            } else {
+                String::new()
+            },
+            answer[..shown].join("\n")
+        ));
+    }
+    report
 }
 
 /// The guest's console lines, each with the moment it arrived, and (once
