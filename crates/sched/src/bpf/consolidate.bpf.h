@@ -518,7 +518,7 @@ static s32 local_wake_cpu(const struct task_struct *p, s32 prev_cpu,
 		return -1;
 	if (!bpf_cpumask_test_cpu(waker, p->cpus_ptr) || !visible(waker) ||
 	    scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker) ||
-	    normal_tasks_wait_for(waker))
+	    normal_tasks_wait_for(waker, orphans_on() >= 0))
 		return -1;
 	if (waker != prev_cpu && !vs_keep_prev(score(waker), score(prev_cpu)))
 		return -1;

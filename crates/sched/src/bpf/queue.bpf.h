@@ -189,10 +189,12 @@ static s32 orphans_on(void)
  * visible (3-vCPU guest with a stacked pair; the program's own sampling
  * thread, the probers and a kworker waited 29 s; crates/cli/tests/sched.rs,
  * consolidation_and_bvs_leave_no_task_waiting_behind_a_wake_up_pair).
+ * `orphans_waiting`: orphans_on() >= 0, taken by the caller once for all
+ * the vCPUs it weighs (a scan of every queue).
  */
-static bool normal_tasks_wait_for(s32 cpu)
+static bool normal_tasks_wait_for(s32 cpu, bool orphans_waiting)
 {
-	return scx_bpf_dsq_nr_queued(normal_dsq(cpu)) || orphans_on() >= 0;
+	return orphans_waiting || scx_bpf_dsq_nr_queued(normal_dsq(cpu));
 }
 
 /*
