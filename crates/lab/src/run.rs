@@ -5,7 +5,7 @@
 //! for a killed run, by the next run (`host::sweep_stale`) and QEMU's
 //! parent-death signal.
 
-use crate::error::{LabError, Result};
+use crate::error::{LabError, QmpError, Result};
 use crate::host::{self, Bandwidth};
 use crate::initramfs::{self, MARK};
 use crate::kernel;
@@ -644,8 +644,8 @@ const HANG_REPORT_LINES: usize = 250;
 /// emulator, which tells it apart from a scheduler that leaves tasks
 /// waiting.
 fn ask_hung_guest(qmp: &mut Qmp, lines: &mpsc::Receiver<(Instant, String)>) -> String {
-    let mut report = match qmp.human("info cpus") {
-        Ok(cpus) => format!("QEMU's vCPUs:\n{}\n", cpus.trim_end()),
+    let mut report = match where_vcpus_are(qmp) {
+        Ok(vcpus) => format!("QEMU's vCPUs:\n{vcpus}\n"),
         Err(e) => format!("QEMU's vCPUs: not known ({e})\n"),
     };
     let mut answer = Vec::new();
@@ -682,6 +682,74 @@ fn ask_hung_guest(qmp: &mut Qmp, lines: &mpsc::Receiver<(Instant, String)>) -> S
         ));
     }
     report
+}
+
+/// Time between the two readings of each vCPU's instruction pointer in
+/// where_vcpus_are: a vCPU that runs anything at all moves in far less
+/// (TCG executes millions of instructions a second).
+const VCPU_SAMPLE_GAP: Duration = Duration::from_millis(300);
+
+/// Each vCPU's instruction pointer, read twice VCPU_SAMPLE_GAP apart, and
+/// whether it is halted: a vCPU with the same non-halted pointer both
+/// times is stuck (on one instruction, or its emulator thread is), one
+/// whose pointer moves still runs, a halted one waits for an interrupt.
+fn where_vcpus_are(qmp: &mut Qmp) -> Result<String, QmpError> {
+    let first = vcpu_registers(&qmp.human("info registers -a")?);
+    std::thread::sleep(VCPU_SAMPLE_GAP);
+    let second = vcpu_registers(&qmp.human("info registers -a")?);
+    Ok(first
+        .iter()
+        .map(|a| {
+            let b = second.iter().find(|b| b.cpu == a.cpu);
+            format!(
+                "  vCPU {}: RIP {} then {}{}",
+                a.cpu,
+                a.rip,
+                b.map_or("?", |b| b.rip.as_str()),
+                if b.is_some_and(|b| b.halted) {
+                    " (halted)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// One vCPU in QEMU's `info registers -a` (x86).
+#[derive(Debug, PartialEq)]
+struct VcpuRegisters {
+    cpu: usize,
+    rip: String,
+    halted: bool,
+}
+
+/// The vCPUs of `info registers -a`: blocks that start with "CPU#N" and
+/// hold "RIP=..." and "HLT=0|1" among their fields.
+fn vcpu_registers(text: &str) -> Vec<VcpuRegisters> {
+    let mut vcpus: Vec<VcpuRegisters> = Vec::new();
+    for line in text.lines() {
+        if let Some(n) = line.trim().strip_prefix("CPU#") {
+            if let Ok(cpu) = n.trim().parse() {
+                vcpus.push(VcpuRegisters {
+                    cpu,
+                    rip: "?".into(),
+                    halted: false,
+                });
+            }
+            continue;
+        }
+        let Some(v) = vcpus.last_mut() else { continue };
+        for field in line.split_whitespace() {
+            if let Some(rip) = field.strip_prefix("RIP=") {
+                v.rip = rip.to_string();
+            } else if let Some(hlt) = field.strip_prefix("HLT=") {
+                v.halted = hlt == "1";
+            }
+        }
+    }
+    vcpus
 }
 
 /// The guest's console lines, each with the moment it arrived, and (once
@@ -1017,6 +1085,30 @@ impl Transcript {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vcpu_registers_reads_each_cpus_rip_and_halt_state() {
+        let text = "CPU#0\nRAX=0000000000000000 RBX=0000000000000001\n\
+                    RIP=ffffffffb6a1b2cf RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\n\
+                    ES =0000 0000000000000000 00000000 00000000\n\
+                    CPU#1\nRIP=ffffffffb6000010 RFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\n";
+        assert_eq!(
+            vcpu_registers(text),
+            [
+                VcpuRegisters {
+                    cpu: 0,
+                    rip: "ffffffffb6a1b2cf".into(),
+                    halted: true
+                },
+                VcpuRegisters {
+                    cpu: 1,
+                    rip: "ffffffffb6000010".into(),
+                    halted: false
+                },
+            ]
+        );
+        assert!(vcpu_registers("no registers").is_empty());
+    }
 
     /// Feeds `lines` to a transcript as the console's, one command.
     fn output_of(lines: &[&str]) -> String {
