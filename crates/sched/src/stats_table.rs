@@ -60,6 +60,10 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "of pinned: run at once over the SCHED_IDLE work their vCPU was running (pre-empted)",
     ),
     (
+        "pinned_queued",
+        "tasks bound to one vCPU that normal tasks waited for: queued by virtual time with them, not run there directly (which would overtake them)",
+    ),
+    (
         "kicks",
         "idle vCPUs woken for a queued task",
     ),
