@@ -450,7 +450,7 @@ fn a_hung_guest_is_asked_where_its_vcpus_are_before_the_lab_gives_up() {
         );
     }
     assert!(
-        stderr.contains("the guest kernel's answer to SysRq 7lw"),
+        stderr.contains("the guest kernel's answer to SysRq 7wl"),
         "{stderr}"
     );
     for cpu in 0..2 {

@@ -96,7 +96,14 @@ impl Qmp {
         Ok(())
     }
 
-    /// The text of a human monitor command (`info cpus`).
+    /// How long a command's answer may take from now on (the connection
+    /// starts with `connect`'s timeout).
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), QmpError> {
+        self.writer.set_read_timeout(Some(timeout))?;
+        Ok(())
+    }
+
+    /// The text of a human monitor command (`info registers -a`).
     pub fn human(&mut self, command_line: &str) -> Result<String, QmpError> {
         let out = self.execute_with(
             "human-monitor-command",

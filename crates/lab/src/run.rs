@@ -569,12 +569,29 @@ impl Boot<'_> {
                 .first_command
                 .is_some_and(|t| t.elapsed() > run_timeout)
             {
+                // Lines already waiting belong to the console before the
+                // keys, not to the kernel's answer.
+                while let Ok((_, line)) = lines.try_recv() {
+                    transcript.console.push(line);
+                }
                 let console_tail = transcript.tail();
+                let frozen: Vec<usize> = (0..guest.frozen.len())
+                    .filter(|&v| guest.frozen[v].is_some())
+                    .collect();
+                // A frozen vCPU would neither answer SysRq nor (under KVM)
+                // let QEMU read its registers.
                 guest.thaw_all();
+                let mut hang_report = ask_hung_guest(&mut qmp, &lines, stop);
+                if !frozen.is_empty() {
+                    hang_report.insert_str(
+                        0,
+                        &format!("(vCPUs {frozen:?}, frozen by the layout, thawed to be asked)\n"),
+                    );
+                }
                 return Err(LabError::RunTimeout {
                     timeout_s: run_timeout.as_secs_f64(),
                     console_tail,
-                    hang_report: ask_hung_guest(&mut qmp, &lines),
+                    hang_report,
                 });
             }
             let (arrived, line) = match lines.recv_timeout(Duration::from_millis(20)) {
@@ -622,19 +639,33 @@ impl Boot<'_> {
 
 /// The SysRq keys pressed in a guest whose commands hung, in order: the
 /// console's log level up to 7 (the lab boots with 1, which would hide the
-/// answers), each CPU's backtrace ('l') and the tasks blocked in the
-/// kernel ('w'). sched_ext's own dump ('D') is left out: it goes to a
-/// trace event, not the console; a scheduler that stalls tasks is dumped
-/// by sched_ext's watchdog through the loader anyway.
-const HANG_SYSRQ_KEYS: [char; 3] = ['7', 'l', 'w'];
+/// answers), the tasks blocked in the kernel ('w') and each CPU's
+/// backtrace ('l'), last because the kernel waits up to 10 s for a vCPU
+/// that does not answer its NMI, inside the keyboard's interrupt, and a
+/// key after it would wait as long. sched_ext's own dump ('D') is left
+/// out: it goes to a trace event, not the console; a scheduler that
+/// stalls tasks is dumped by sched_ext's watchdog through the loader
+/// anyway.
+const HANG_SYSRQ_KEYS: [char; 3] = ['7', 'w', 'l'];
 
-/// How long the console is read after each of HANG_SYSRQ_KEYS: a backtrace
-/// of four vCPUs reaches the 115200-baud console in well under a second
-/// under TCG; a guest that prints nothing in this time is not answering.
-const HANG_SYSRQ_WAIT: Duration = Duration::from_millis(1500);
+/// The console is read after each of HANG_SYSRQ_KEYS until it has been
+/// quiet this long: a backtrace of four vCPUs reaches the 115200-baud
+/// console in well under a second under TCG.
+const HANG_SYSRQ_QUIET: Duration = Duration::from_millis(1500);
+
+/// The longest the console is read after one key: the kernel's 10 s wait
+/// for a vCPU that does not answer the backtrace's NMI, and the rest of
+/// the backtraces after it.
+const HANG_SYSRQ_MAX: Duration = Duration::from_secs(12);
+
+/// How long each QMP command of the report may take: QEMU answers at once
+/// unless it is stuck itself, and the report must not add the 10 s of
+/// the connection's usual timeout per command to a run that already
+/// timed out.
+const HANG_QMP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Lines of the guest's answer quoted in the error: four CPUs' backtraces
-/// and sched_ext's dump of a small guest, without a huge task list.
+/// and the blocked tasks of a small guest, without a huge task list.
 const HANG_REPORT_LINES: usize = 250;
 
 /// What a guest whose commands hung says of itself, for the run's error:
@@ -642,36 +673,52 @@ const HANG_REPORT_LINES: usize = 250;
 /// (HANG_SYSRQ_KEYS). A kernel that answers nothing has no vCPU taking
 /// interrupts (or cannot print): a hard hang of the kernel or the
 /// emulator, which tells it apart from a scheduler that leaves tasks
-/// waiting.
-fn ask_hung_guest(qmp: &mut Qmp, lines: &mpsc::Receiver<(Instant, String)>) -> String {
+/// waiting. QEMU failing a command ends the questions (its connection may
+/// then hold a late answer); `stop` (Ctrl-C) too.
+fn ask_hung_guest(
+    qmp: &mut Qmp,
+    lines: &mpsc::Receiver<(Instant, String)>,
+    stop: &AtomicBool,
+) -> String {
+    if let Err(e) = qmp.set_timeout(HANG_QMP_TIMEOUT) {
+        return format!("the guest was not asked: QMP: {e}");
+    }
     let mut report = match where_vcpus_are(qmp) {
         Ok(vcpus) => format!("QEMU's vCPUs:\n{vcpus}\n"),
-        Err(e) => format!("QEMU's vCPUs: not known ({e})\n"),
+        Err(e) => return format!("the guest was not asked: QEMU did not answer ({e})"),
     };
     let mut answer = Vec::new();
+    let mut keys_sent = String::new();
     for key in HANG_SYSRQ_KEYS {
-        if let Err(e) = qmp.send_sysrq(key) {
-            report.push_str(&format!("SysRq {key} could not be sent: {e}\n"));
+        if stop.load(Ordering::SeqCst) {
+            report.push_str("(interrupted before every SysRq key was pressed)\n");
             break;
         }
-        let deadline = Instant::now() + HANG_SYSRQ_WAIT;
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match lines.recv_timeout(left) {
+        if let Err(e) = qmp.send_sysrq(key) {
+            report.push_str(&format!("QEMU did not press SysRq {key}: {e}\n"));
+            break;
+        }
+        keys_sent.push(key);
+        let until = Instant::now() + HANG_SYSRQ_MAX;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match lines.recv_timeout(left.min(HANG_SYSRQ_QUIET)) {
                 Ok((_, line)) => answer.push(line),
                 Err(_) => break,
             }
         }
     }
-    if answer.is_empty() {
+    if keys_sent.len() < HANG_SYSRQ_KEYS.len() {
+        report.push_str(&format!("SysRq keys pressed: {keys_sent:?}\n"));
+    }
+    if answer.is_empty() && keys_sent.len() == HANG_SYSRQ_KEYS.len() {
         report.push_str(
             "the guest kernel printed nothing for SysRq: no vCPU takes interrupts, \
              or the kernel cannot print (a hard hang of the kernel or the emulator)",
         );
-    } else {
+    } else if !answer.is_empty() {
         let shown = answer.len().min(HANG_REPORT_LINES);
         report.push_str(&format!(
-            "the guest kernel's answer to SysRq {} ({} lines{}):\n{}",
-            HANG_SYSRQ_KEYS.iter().collect::<String>(),
+            "the guest kernel's answer to SysRq {keys_sent} ({} lines{}):\n{}",
             answer.len(),
             if shown < answer.len() {
                 format!(", the first {shown}")
@@ -690,11 +737,18 @@ fn ask_hung_guest(qmp: &mut Qmp, lines: &mpsc::Receiver<(Instant, String)>) -> S
 const VCPU_SAMPLE_GAP: Duration = Duration::from_millis(300);
 
 /// Each vCPU's instruction pointer, read twice VCPU_SAMPLE_GAP apart, and
-/// whether it is halted: a vCPU with the same non-halted pointer both
-/// times is stuck (on one instruction, or its emulator thread is), one
-/// whose pointer moves still runs, a halted one waits for an interrupt.
+/// whether it is halted: a hint, not a verdict. A halted vCPU waits for
+/// an interrupt; a pointer that moves still runs (perhaps spinning on a
+/// lock); one that stays put on a vCPU that is not halted suggests a
+/// vCPU stuck on one instruction or an emulator thread that does not run,
+/// though TCG updates the pointer only between translated blocks. QEMU's
+/// text itself where it holds no vCPU this parser knows.
 fn where_vcpus_are(qmp: &mut Qmp) -> Result<String, QmpError> {
-    let first = vcpu_registers(&qmp.human("info registers -a")?);
+    let text = qmp.human("info registers -a")?;
+    let first = vcpu_registers(&text);
+    if first.is_empty() {
+        return Ok(text.trim_end().to_string());
+    }
     std::thread::sleep(VCPU_SAMPLE_GAP);
     let second = vcpu_registers(&qmp.human("info registers -a")?);
     Ok(first

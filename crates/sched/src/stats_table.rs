@@ -61,7 +61,7 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
     ),
     (
         "pinned_queued",
-        "tasks bound to one vCPU that normal tasks waited for: queued by virtual time with them, not run there directly (which would overtake them)",
+        "tasks bound to one vCPU that normal tasks waited for: placed the usual way (queued by virtual time with them, or kept at a slice end if owed the vCPU) instead of run there directly, which would overtake them",
     ),
     (
         "kicks",

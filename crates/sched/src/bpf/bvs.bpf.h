@@ -37,14 +37,14 @@ static bool fresh_active(s32 cpu, u64 now, u64 need_ns)
  * VS_BVS_MAX_BEHIND tasks queued behind it (a waking one would wait
  * about their runs, a fraction of a millisecond each), and no normal
  * task waits for it in the queues the wait would overtake
- * (normal_tasks_wait_for, `orphans_waiting` as there). */
-static bool runs_short_task(s32 cpu, bool orphans_waiting)
+ * (normal_tasks_wait_for, `orphans` as there). */
+static bool runs_short_task(s32 cpu, int *orphans)
 {
 	struct vcpu_live *l = live_of(cpu);
 
 	return l && l->curr_pid && l->curr_short &&
 	       scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cpu) < VS_BVS_MAX_BEHIND &&
-	       !normal_tasks_wait_for(cpu, orphans_waiting);
+	       !normal_tasks_wait_for(cpu, orphans);
 }
 
 static bool is_low_latency(s32 cpu)
@@ -87,7 +87,7 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 	s32 found = -1;
 	int best = VS_BVS_NONE;
 	bool idle_elsewhere = false;
-	bool orphans_waiting = orphans_on() >= 0;
+	int orphans = -1;
 	u32 i;
 
 	bpf_for(i, 0, nr_cpus) {
@@ -104,7 +104,7 @@ static s32 bvs_pick(struct task_struct *p, struct task_ctx *tc, s32 prev_cpu)
 		rank = vs_bvs_rank(is_low_latency(cpu), is_idle,
 				   runs_idle_policy(cpu),
 				   fresh_active(cpu, now, need),
-				   runs_short_task(cpu, orphans_waiting),
+				   runs_short_task(cpu, &orphans),
 				   bvs_state_check);
 		if (rank < best) {
 			best = rank;

@@ -513,12 +513,13 @@ static s32 local_wake_cpu(const struct task_struct *p, s32 prev_cpu,
 			  u64 wake_flags)
 {
 	s32 waker = bpf_get_smp_processor_id();
+	int orphans = -1;
 
 	if (!local_wake_enabled || !(wake_flags & VS_WAKE_SYNC))
 		return -1;
 	if (!bpf_cpumask_test_cpu(waker, p->cpus_ptr) || !visible(waker) ||
 	    scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | waker) ||
-	    normal_tasks_wait_for(waker, orphans_on() >= 0))
+	    normal_tasks_wait_for(waker, &orphans))
 		return -1;
 	if (waker != prev_cpu && !vs_keep_prev(score(waker), score(prev_cpu)))
 		return -1;

@@ -178,10 +178,25 @@ static s32 orphans_on(void)
 }
 
 /*
+ * Whether any hidden or parked vCPU holds orphans (orphans_on), scanned at
+ * most once per decision: `*cached` is -1 until the first call, then 0 or
+ * 1. The scan reads every vCPU's queue, so a decision that weighs several
+ * vCPUs (bvs_pick) does it once, and only if a cheaper test did not
+ * settle it first.
+ */
+static bool orphans_waiting(int *cached)
+{
+	if (*cached < 0)
+		*cached = orphans_on() >= 0;
+	return *cached;
+}
+
+/*
  * Whether normal tasks wait for visible `cpu` in the vtime-ordered
  * queues: its own, or a hidden or parked vCPU's orphans, which it takes
  * first. A wake-up inserted straight into `cpu`'s local queue (BVS's wait
- * behind a short task, the local wake-up) overtakes them, and two threads
+ * behind a short task, the local wake-up, a task bound to `cpu`:
+ * enqueue_bound) overtakes them, and two threads
  * that keep handing the vCPU to each other that way never leave its local
  * queue empty: dispatch never runs, and every task waiting for the vCPU
  * starves until sched_ext's watchdog ejects the scheduler. Seen with a
@@ -189,12 +204,11 @@ static s32 orphans_on(void)
  * visible (3-vCPU guest with a stacked pair; the program's own sampling
  * thread, the probers and a kworker waited 29 s; crates/cli/tests/sched.rs,
  * consolidation_and_bvs_leave_no_task_waiting_behind_a_wake_up_pair).
- * `orphans_waiting`: orphans_on() >= 0, taken by the caller once for all
- * the vCPUs it weighs (a scan of every queue).
+ * `orphans`: orphans_waiting's cache, -1 before its first scan.
  */
-static bool normal_tasks_wait_for(s32 cpu, bool orphans_waiting)
+static bool normal_tasks_wait_for(s32 cpu, int *orphans)
 {
-	return orphans_waiting || scx_bpf_dsq_nr_queued(normal_dsq(cpu));
+	return scx_bpf_dsq_nr_queued(normal_dsq(cpu)) || orphans_waiting(orphans);
 }
 
 /*
@@ -229,10 +243,26 @@ static bool dispatch_normal(s32 cpu)
 			from = other;
 		}
 	}
-	if (from < 0 || !scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL_ON + from, 0))
-		return false;
-	count(VS_STAT_STOLEN);
-	return true;
+	if (from >= 0 && scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL_ON + from, 0)) {
+		count(VS_STAT_STOLEN);
+		return true;
+	}
+	/* The longest queue may hold only tasks this vCPU may not run (a
+	 * task bound to its own vCPU queues there while others wait:
+	 * enqueue_bound); another queue's task rather than idling beside
+	 * it. */
+	bpf_for(other, 0, nr_cpus) {
+		if (other >= VS_MAX_CPUS)
+			break;
+		if (other == cpu || other == from ||
+		    !scx_bpf_dsq_nr_queued(VS_DSQ_NORMAL_ON + other))
+			continue;
+		if (scx_bpf_dsq_move_to_local(VS_DSQ_NORMAL_ON + other, 0)) {
+			count(VS_STAT_STOLEN);
+			return true;
+		}
+	}
+	return false;
 }
 
 /* The first normal task waiting in the queue `cpu` runs first (NULL:
@@ -308,13 +338,14 @@ static __always_inline bool keep_running(struct task_struct *p, s32 cur,
 static __always_inline bool enqueue_bound(struct task_struct *p, u64 enq_flags)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
+	int orphans = -1;
 	bool over_idle_work;
 
 	if (p->nr_cpus_allowed != 1 || idle_starving_on(cpu))
 		return false;
 	/* A hidden (or parked) vCPU runs no normal task, so none waits for
 	 * it: the direct run there is safe. */
-	if (visible(cpu) && normal_tasks_wait_for(cpu, orphans_on() >= 0)) {
+	if (visible(cpu) && normal_tasks_wait_for(cpu, &orphans)) {
 		count(VS_STAT_PINNED_QUEUED);
 		return false;
 	}
