@@ -84,9 +84,7 @@ impl Qmp {
         let cpus = self.execute("query-cpus-fast")?;
         parse_vcpu_threads(&cpus)
     }
-}
 
-impl Qmp {
     /// Presses Alt+SysRq+`key` on the guest's PS/2 keyboard: the kernel's
     /// magic SysRq, which the lab's guests allow in full
     /// (`sysrq_always_enabled`). An upper-case key is pressed with Shift

@@ -575,8 +575,11 @@ impl Boot<'_> {
                     transcript.console.push(line);
                 }
                 let console_tail = transcript.tail();
-                let frozen: Vec<usize> = (0..guest.frozen.len())
-                    .filter(|&v| guest.frozen[v].is_some())
+                let frozen: Vec<usize> = guest
+                    .frozen
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(v, f)| f.as_ref().map(|_| v))
                     .collect();
                 // A frozen vCPU would neither answer SysRq nor (under KVM)
                 // let QEMU read its registers.
