@@ -3,6 +3,7 @@
  *
  * Usage: syncbench CASE THREADS OPS
  *   CASE: mutex | barrier | cond-broadcast | cond-signal | rwlock | spin-ring | spinlock
+ *         | spinlock-long
  *   OPS:  lock acquisitions (mutex, rwlock), rounds (barrier) or hand-offs (rings)
  *
  * Prints one JSON line. Only the workers' loops are timed; the per-thread
@@ -26,6 +27,11 @@ enum {
     RWLOCK_OUTSIDE_WORK = 150,
     SPINLOCK_INSIDE_WORK = 300,  /* ~0.3 us critical section */
     SPINLOCK_OUTSIDE_WORK = 600,
+    /* spinlock-long: a critical section of ~20 us natively (several times
+     * that under TCG), long enough that a vCPU switched off every few
+     * milliseconds often stops a holder inside it (I-Spinlock's case). */
+    SPINLOCK_LONG_INSIDE_WORK = 20000,
+    SPINLOCK_LONG_OUTSIDE_WORK = 20000,
     TABLE_SIZE = 64,
     WRITE_PERCENT = 5,
 };
@@ -123,6 +129,16 @@ static void spinlock_case(int me) {
         work(SPINLOCK_INSIDE_WORK);
         pthread_spin_unlock(&shared_spin);
         work(SPINLOCK_OUTSIDE_WORK);
+    }
+}
+
+static void spinlock_long_case(int me) {
+    for (long i = share(total_ops, me); i > 0; i--) {
+        pthread_spin_lock(&shared_spin);
+        counter++;
+        work(SPINLOCK_LONG_INSIDE_WORK);
+        pthread_spin_unlock(&shared_spin);
+        work(SPINLOCK_LONG_OUTSIDE_WORK);
     }
 }
 
@@ -230,7 +246,7 @@ static void (*body_of(const char *name))(int) {
         {"mutex", mutex_case},           {"barrier", barrier_case},
         {"cond-broadcast", cond_broadcast_case}, {"cond-signal", cond_signal_case},
         {"rwlock", rwlock_case},         {"spin-ring", spin_ring_case},
-        {"spinlock", spinlock_case},
+        {"spinlock", spinlock_case},     {"spinlock-long", spinlock_long_case},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(cases[i].name, name) == 0)
@@ -258,7 +274,7 @@ int main(int argc, char **argv) {
     nthreads = argc == 4 ? atoi(argv[2]) : 0;
     total_ops = argc == 4 ? atol(argv[3]) : 0;
     if (!body || nthreads < 2 || total_ops < 1) {
-        fprintf(stderr, "usage: %s mutex|barrier|cond-broadcast|cond-signal|rwlock|spin-ring|spinlock THREADS(>=2) OPS\n",
+        fprintf(stderr, "usage: %s mutex|barrier|cond-broadcast|cond-signal|rwlock|spin-ring|spinlock|spinlock-long THREADS(>=2) OPS\n",
                 argv[0]);
         return 2;
     }

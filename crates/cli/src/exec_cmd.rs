@@ -59,7 +59,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "NS", default_value_t = exec_env::DEFAULT_YIELD_NS)]
     yield_ns: u64,
 
-    /// Spinlock admission: take a spinlock only if the time slice left covers the wait and the hold (I-Spinlock; off by default, see docs/sync.md)
+    /// Spinlock admission: take a spinlock only if the time left covers the wait and the hold (I-Spinlock). With `vsched sched` running, the time left is the scheduler's: the slice's end and the vCPU's predicted switch-off; without it, a prediction from the thread's context switches. Off by default: it has not paid off in the lab (docs/sync.md)
     #[arg(long)]
     admission: bool,
 

@@ -1,5 +1,5 @@
 //! The channel between vsched's runtime and its scheduler, as Rust sees
-//! it: where the scheduler pins it and its layout (version 1), mirroring
+//! it: where the scheduler pins it and its layout (version 2), mirroring
 //! crates/sched/src/bpf/intf.h, where it is defined and explained.
 //! A test in crates/sched/src/channel.rs checks this mirror against the
 //! bindings generated from that header, field by field.
@@ -12,7 +12,7 @@ pub const PIN_C: &core::ffi::CStr = c"/sys/fs/bpf/vsched/channel";
 /// "vsch" (intf.h VS_CHANNEL_MAGIC).
 pub const MAGIC: u32 = 0x6863_7376;
 /// The layout this mirror describes (intf.h VS_CHANNEL_VERSION).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Slots, one per thread id modulo this (intf.h VS_CHANNEL_SLOTS).
 pub const SLOTS: usize = 4096;
 
@@ -34,7 +34,15 @@ pub struct Header {
 pub struct Slot {
     pub tid: u32,
     pub waiting: u32,
-    pub reserved: [u32; 14],
+    /// Written by the scheduler: the CPU the thread runs on plus one.
+    pub on_cpu: u32,
+    /// Written by the scheduler: its vCPU's switch-offs while it ran.
+    pub switch_offs: u32,
+    /// Written by the scheduler: when its slice ends (ns, monotonic).
+    pub slice_end_ns: u64,
+    /// Written by the scheduler: its vCPU's predicted switch-off.
+    pub switch_off_ns: u64,
+    pub reserved: [u32; 8],
 }
 
 /// intf.h `struct vs_channel`: the map's one value, which is what a

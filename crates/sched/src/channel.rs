@@ -94,5 +94,21 @@ mod tests {
             offset_of!(c::vs_channel_slot, waiting),
             offset_of!(rust::Slot, waiting)
         );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, on_cpu),
+            offset_of!(rust::Slot, on_cpu)
+        );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, switch_offs),
+            offset_of!(rust::Slot, switch_offs)
+        );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, slice_end_ns),
+            offset_of!(rust::Slot, slice_end_ns)
+        );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, switch_off_ns),
+            offset_of!(rust::Slot, switch_off_ns)
+        );
     }
 }

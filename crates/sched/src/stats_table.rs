@@ -203,5 +203,9 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "channel_slots_freed",
         "channel: slots freed by the scheduler because their thread exited holding them",
     ),
+    (
+        "channel_switch_offs_seen",
+        "channel: switch-offs of a vCPU the heartbeat saw while a thread holding a slot ran there (published to that thread for I-Spinlock's admission)",
+    ),
 
 ];

@@ -20,14 +20,36 @@
 //! thread is rarely preempted) and costs one system call per acquisition.
 //! With statistics on, each admitted hold is checked for a switch-out
 //! (holds_measured, holds_preempted): how often the prediction was right.
+//!
+//! With vsched's scheduler running, the channel (channel.rs) replaces the
+//! prediction with the scheduler's facts, read with plain loads: the end
+//! of the thread's slice, and its vCPU's predicted switch-off (the host
+//! stopping the vCPU, which preempts a holder whether or not the program
+//! is oversubscribed, so this path runs on any machine). A thread whose
+//! slice ends before `need` yields first; one whose vCPU is predicted to
+//! go off first is I-Spinlock's "incapable" thread: it waits, spinning
+//! without the lock, for the switch-off to come and go (its published
+//! switch-off count moves), bounded (`admit_by_channel`). Each hold is
+//! checked against that count (holds_observed, holds_switched_off: the
+//! paper's problematic preemptions), and a hold that sat through a
+//! switch-off does not feed the average critical section. Statistics
+//! alone (`--stats`, admission off) take the channel's slot too, to count
+//! those holds: a baseline for admission.
 
 #[cfg(not(loom))]
 mod imp {
+    use crate::channel::Published;
     use crate::clock::mono_ns;
     use crate::shim::AtomicU32;
     use crate::stats::{bump, Counter};
     use core::cell::Cell;
     use core::sync::atomic::Ordering::Relaxed;
+
+    /// PAUSE instructions between two looks at the published state while
+    /// waiting: a look is a few loads; this keeps the loop off the
+    /// shared cache line without overshooting the switch-off's return by
+    /// more than a microsecond or so.
+    const WAIT_PAUSES: u32 = 64;
 
     #[derive(Clone, Copy)]
     struct Predictor {
@@ -43,13 +65,73 @@ mod imp {
         switches_at_acquire: u64,
         /// This acquisition went through admission (so its hold is measured).
         admitted: bool,
+        /// It went by the scheduler's channel, whose switch-off count
+        /// read `switch_offs_at_acquire` when the lock was taken.
+        via_channel: bool,
+        switch_offs_at_acquire: u32,
+        /// A wait for a predicted switch-off ended without one while the
+        /// count read this (plus one; 0: none did): the prediction is
+        /// wrong for this stretch, and is not waited for again in it.
+        mispredicted_at: u32,
     }
 
     thread_local! {
         static STATE: Cell<Predictor> = const { Cell::new(Predictor {
             burst_start_ns: 0, last_seen_ns: 0, switches: 0, involuntary: 0,
             burst_ns: 0, hold_ns: 0, acquired_ns: 0, switches_at_acquire: 0, admitted: false,
+            via_channel: false, switch_offs_at_acquire: 0, mispredicted_at: 0,
         }) };
+    }
+
+    /// Admission by the scheduler's facts (the module comment): returns
+    /// when the thread may take the lock.
+    ///
+    /// Only a switch-off predicted between now and the hold's end makes
+    /// a thread incapable: one predicted in the past means the stretch
+    /// outran the shortest one seen, and nothing is known of its end.
+    /// An incapable thread waits at most `need` past the prediction: a
+    /// right prediction ends the wait sooner (the switch-off comes before
+    /// the hold would have ended), and a wrong one costs one critical
+    /// section's time, once per stretch.
+    fn admit_by_channel(p: &mut Predictor, word: &AtomicU32, seen: Published) {
+        bump(Counter::admission_checks);
+        if p.hold_ns == 0 || !seen.running {
+            return;
+        }
+        let held = word.load(Relaxed) != 0;
+        let need = p.hold_ns * if held { 2 } else { 1 };
+        let now = mono_ns();
+        let off = seen.switch_off_ns;
+        let slice_end = seen.slice_end_ns;
+        if off != 0 && (slice_end == 0 || off <= slice_end) {
+            if now >= off
+                || now + need <= off
+                || p.mispredicted_at == seen.switch_offs.wrapping_add(1)
+            {
+                return;
+            }
+            bump(Counter::admission_waits);
+            let deadline = off + need;
+            loop {
+                for _ in 0..WAIT_PAUSES {
+                    core::hint::spin_loop();
+                }
+                let Some(now_seen) = crate::channel::published() else {
+                    return; // the scheduler went away
+                };
+                if now_seen.switch_offs != seen.switch_offs || !now_seen.running {
+                    return; // a fresh stretch, or a fresh run
+                }
+                if mono_ns() > deadline {
+                    bump(Counter::admission_wait_timeouts);
+                    p.mispredicted_at = seen.switch_offs.wrapping_add(1);
+                    return;
+                }
+            }
+        } else if slice_end != 0 && now + need > slice_end {
+            bump(Counter::admission_yields);
+            crate::shim::yield_now();
+        }
     }
 
     /// (all switches, involuntary switches) of the calling thread.
@@ -71,6 +153,18 @@ mod imp {
     }
 
     pub fn before_acquire(word: &AtomicU32) {
+        if let Some(seen) = crate::channel::published() {
+            STATE.with(|cell| {
+                let mut p = cell.get();
+                if crate::config::ADMISSION.load(Relaxed) {
+                    admit_by_channel(&mut p, word, seen);
+                }
+                p.admitted = true;
+                p.via_channel = true;
+                cell.set(p);
+            });
+            return;
+        }
         if !crate::load::oversubscribed() {
             return;
         }
@@ -80,6 +174,7 @@ mod imp {
                 STATE.with(|cell| {
                     cell.set(Predictor {
                         admitted: true,
+                        via_channel: false,
                         ..cell.get()
                     })
                 });
@@ -114,6 +209,7 @@ mod imp {
                 p.last_seen_ns = p.burst_start_ns;
             }
             p.admitted = true;
+            p.via_channel = false;
             cell.set(p);
         });
     }
@@ -125,6 +221,12 @@ mod imp {
                 return;
             }
             p.acquired_ns = mono_ns();
+            if p.via_channel {
+                match crate::channel::published() {
+                    Some(seen) => p.switch_offs_at_acquire = seen.switch_offs,
+                    None => p.via_channel = false,
+                }
+            }
             if crate::config::stats_on() {
                 p.switches_at_acquire = switch_counts().0;
             }
@@ -139,7 +241,21 @@ mod imp {
                 return;
             }
             let now = mono_ns();
-            p.hold_ns = average(p.hold_ns, now.saturating_sub(p.acquired_ns).max(1));
+            // A hold the host's switch-off stretched is not the critical
+            // section's length: averaged in, one 7 ms episode would make
+            // every later acquisition look incapable.
+            let switched_off = p.via_channel
+                && crate::channel::published()
+                    .is_some_and(|seen| seen.switch_offs != p.switch_offs_at_acquire);
+            if p.via_channel {
+                bump(Counter::holds_observed);
+                if switched_off {
+                    bump(Counter::holds_switched_off);
+                }
+            }
+            if !switched_off {
+                p.hold_ns = average(p.hold_ns, now.saturating_sub(p.acquired_ns).max(1));
+            }
             p.last_seen_ns = now;
             if crate::config::stats_on() {
                 bump(Counter::holds_measured);

@@ -123,6 +123,37 @@ pub fn clear_marks(word: usize) {
     });
 }
 
+/// What the scheduler last wrote into the calling thread's slot about its
+/// run (intf.h `struct vs_channel_slot`, the scheduler's fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The thread runs now (the scheduler's `on_cpu` is set): the rest is
+    /// about this run.
+    pub running: bool,
+    /// Switch-offs of its vCPU the scheduler saw while it ran.
+    pub switch_offs: u32,
+    /// When its slice ends (ns, monotonic; 0: not known).
+    pub slice_end_ns: u64,
+    /// When its vCPU's next switch-off is predicted (0: none is).
+    pub switch_off_ns: u64,
+}
+
+/// What the scheduler publishes for the calling thread, if a vsched
+/// scheduler with a channel runs and the thread holds (or now claims) a
+/// slot. Not gated by `--channel`: the marks are, this is read by
+/// spinlock admission (admission.rs). The first call maps the channel
+/// (the scheduler fills the slot from the thread's next switch in).
+pub fn published() -> Option<Published> {
+    let ch = live_channel()?;
+    let slot = &ch.slots[claimed_slot(ch)?];
+    Some(Published {
+        running: as_atomic(&slot.on_cpu).load(Relaxed) != 0,
+        switch_offs: as_atomic(&slot.switch_offs).load(Relaxed),
+        slice_end_ns: as_atomic64(&slot.slice_end_ns).load(Relaxed),
+        switch_off_ns: as_atomic64(&slot.switch_off_ns).load(Relaxed),
+    })
+}
+
 /// Slot `index`'s `waiting` flag and the header's count, as atomics: the
 /// scheduler reads them (READ_ONCE) and updates them (exchanges).
 fn flag_of(ch: &'static Channel, index: usize) -> Flag<'static> {
@@ -298,4 +329,12 @@ fn as_atomic(field: &u32) -> &AtomicU32 {
     // SAFETY: AtomicU32 has u32's size and alignment; the field lives in a
     // mapping that is never unmapped, and every access to it is atomic.
     unsafe { &*(field as *const u32 as *const AtomicU32) }
+}
+
+/// A u64 field of the shared mapping, as an atomic (the scheduler writes
+/// it with single stores, WRITE_ONCE).
+fn as_atomic64(field: &u64) -> &AtomicU64 {
+    // SAFETY: as in `as_atomic`; the u64 fields are 8-aligned in a slot
+    // that is 64-aligned (intf.h; checked by crates/sched's layout test).
+    unsafe { &*(field as *const u64 as *const AtomicU64) }
 }

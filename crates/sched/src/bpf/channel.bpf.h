@@ -18,7 +18,16 @@
  * last ran (policy.h vs_passes_over_marked), so a mark set for ever costs
  * its task priority, never its turn.
  *
- * Included once by main.bpf.c, after queue.bpf.h.
+ * The other way, for I-Spinlock's admission (../shared/seeds/
+ * i-spinlock-eurosys17.txt: a ticket only if the remaining time covers
+ * the wait and the critical section): the scheduler writes into a
+ * running thread's slot where it runs, when its slice ends, and when its
+ * vCPU's next switch-off is predicted (from the heartbeat, which runs
+ * on a vCPU that loses time while such a thread runs there), and counts
+ * the switch-offs the thread sat through. Only threads that claimed a
+ * slot pay for it: for others, one read of the slot's owner per switch.
+ *
+ * Included once by main.bpf.c, before queue.bpf.h and heartbeat.bpf.h.
  */
 
 /* Tunable (`--no-channel`, the baseline "the scheduler without the
@@ -40,13 +49,19 @@ static struct vs_channel *channel_get(void)
 	return bpf_map_lookup_elem(&channel, &zero);
 }
 
+/* The slot of thread `pid`, if it holds one. */
+static struct vs_channel_slot *slot_of_pid(struct vs_channel *ch, u32 pid)
+{
+	struct vs_channel_slot *s = &ch->slots[pid & (VS_CHANNEL_SLOTS - 1)];
+
+	return READ_ONCE(s->tid) == pid ? s : NULL;
+}
+
 /* `p`'s slot, if `p` holds it. */
 static struct vs_channel_slot *slot_of(struct vs_channel *ch,
 				       const struct task_struct *p)
 {
-	struct vs_channel_slot *s = &ch->slots[(u32)p->pid & (VS_CHANNEL_SLOTS - 1)];
-
-	return READ_ONCE(s->tid) == (u32)p->pid ? s : NULL;
+	return slot_of_pid(ch, (u32)p->pid);
 }
 
 /* Whether `p` marked itself waiting, and dispatch may pass over it now. */
@@ -154,4 +169,61 @@ static void channel_close(void)
 
 	if (ch)
 		WRITE_ONCE(ch->header.live, 0);
+}
+
+/*
+ * `p` starts running on `cpu`: its slot, if it holds one, says so, with
+ * its slice's end (a switch-off is predicted only at the next beat).
+ * Returns whether it holds one, for the vCPU's `curr_channel`.
+ */
+static bool channel_running(struct task_struct *p, s32 cpu, u64 now)
+{
+	struct vs_channel *ch;
+	struct vs_channel_slot *s;
+
+	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)))
+		return false;
+	WRITE_ONCE(s->switch_off_ns, 0);
+	WRITE_ONCE(s->slice_end_ns, now + p->scx.slice);
+	WRITE_ONCE(s->on_cpu, cpu + 1);
+	return true;
+}
+
+/* `p` stops running: nothing of its run is left to predict. */
+static void channel_stopping(struct task_struct *p)
+{
+	struct vs_channel *ch;
+	struct vs_channel_slot *s;
+
+	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)))
+		return;
+	WRITE_ONCE(s->on_cpu, 0);
+	WRITE_ONCE(s->slice_end_ns, 0);
+	WRITE_ONCE(s->switch_off_ns, 0);
+}
+
+/*
+ * A heartbeat or tick of `l`'s vCPU while a thread with a slot runs
+ * there (`curr_channel`): its slice's end (the tick may have renewed
+ * it), the predicted switch-off, and a switch-off the beat just saw
+ * (`episode`).
+ */
+static void channel_beat(struct vcpu_live *l, struct task_struct *curr,
+			 bool episode, u64 now)
+{
+	struct vs_channel *ch;
+	struct vs_channel_slot *s;
+
+	if (!l->curr_channel || !channel_enabled || !(ch = channel_get()) ||
+	    !(s = slot_of_pid(ch, l->curr_pid)))
+		return;
+	if (episode) {
+		/* Only the vCPU running the thread writes it. */
+		WRITE_ONCE(s->switch_offs, s->switch_offs + 1);
+		count(VS_STAT_CHANNEL_SWITCH_OFFS_SEEN);
+	}
+	if (curr && (u32)curr->pid == l->curr_pid)
+		WRITE_ONCE(s->slice_end_ns, now + curr->scx.slice);
+	WRITE_ONCE(s->switch_off_ns,
+		   vs_predicted_switch_off(l, now, 2 * beat_ns));
 }

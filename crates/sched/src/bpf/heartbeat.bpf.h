@@ -23,6 +23,9 @@ static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 
 	if (!l->curr_pid || !loses_time(cpu))
 		return false;
+	/* A thread with a channel slot reads the predicted switch-off. */
+	if (l->curr_channel)
+		return true;
 	if (bvs_enabled && l->curr_idle_policy)
 		return true;
 	if (!ivh_enabled || l->curr_idle_policy || !l->curr_movable)
@@ -34,13 +37,15 @@ static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 
 /*
  * A heartbeat of the busy vCPU `cpu` (its timer, or its tick while the
- * timer runs). Without the timer the ticks alone (4 ms apart at HZ=250)
+ * timer runs; `curr`: the task the tick interrupted, NULL from the
+ * timer). Without the timer the ticks alone (4 ms apart at HZ=250)
  * would read as episodes: they only keep the state unknown.
  */
-static void beat(s32 cpu)
+static void beat(s32 cpu, struct task_struct *curr)
 {
 	struct vcpu_live *l = live_of(cpu);
 	u64 now = bpf_ktime_get_ns();
+	bool episode;
 
 	if (!l)
 		return;
@@ -48,8 +53,10 @@ static void beat(s32 cpu)
 		l->last_beat_ns = 0;
 		return;
 	}
-	if (vs_beat(l, now, 2 * beat_ns))
+	episode = vs_beat(l, now, 2 * beat_ns);
+	if (episode)
 		count(VS_STAT_BEAT_GAPS);
+	channel_beat(l, curr, episode, now);
 	ivh_consider(cpu, l, now);
 }
 
@@ -65,7 +72,7 @@ static int beat_timer_fired(void *map, int *key, struct beat_timer *bt)
 		l->last_beat_ns = 0;
 		return 0;
 	}
-	beat(cpu);
+	beat(cpu, NULL);
 	bpf_timer_start(&bt->timer, beat_ns, VS_TIMER_CPU_PIN);
 	return 0;
 }

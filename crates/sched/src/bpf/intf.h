@@ -130,7 +130,9 @@ struct vcpu_live {
 	u64 normal_run_start_ns;
 	/* Consolidation parked this vCPU: no normal task is placed here. */
 	u32 parked;
-	u32 pad;
+	/* The task running now holds a slot of the channel (channel.bpf.h):
+	 * its vCPU's heartbeat publishes the predicted switch-off to it. */
+	u32 curr_channel;
 };
 
 /*
@@ -181,13 +183,14 @@ enum vs_trial_step {
  * (crates/os/src/channel.rs) is checked against the bindings of this
  * file (crates/sched/src/channel.rs, its test).
  *
- * Layout version 1. A change of any field's meaning or offset raises
+ * Layout version 2 (version 1 had no fields written by the scheduler
+ * in the slots). A change of any field's meaning or offset raises
  * VS_CHANNEL_VERSION; the runtime uses only the version it knows.
  */
 enum vs_channel_consts {
 	/* "vsch": a mapping that does not start with it is not a channel. */
 	VS_CHANNEL_MAGIC = 0x68637376,
-	VS_CHANNEL_VERSION = 1,
+	VS_CHANNEL_VERSION = 2,
 	/*
 	 * Slots: a thread uses slot tid % VS_CHANNEL_SLOTS, if no live
 	 * thread holds it. 4096 slots of 64 bytes: 256 KiB, one cache line
@@ -219,7 +222,10 @@ struct vs_channel_header {
 	u32 reserved[11];
 };
 
-/* One thread's state, written by the thread itself (except where said). */
+/*
+ * One thread's state: the first two fields written by the thread itself
+ * (except where said), the rest by the scheduler for the thread to read.
+ */
 struct vs_channel_slot {
 	/* The owner's thread id in the initial pid namespace (0: free).
 	 * Claimed by the thread with a compare-and-swap; freed by it, or by
@@ -233,7 +239,25 @@ struct vs_channel_slot {
 	 * unmarked waits on its vCPU, and never leaves it unrun for more
 	 * than VS_MARK_SKIP_NS (policy.h). */
 	u32 waiting;
-	u32 reserved[14];
+	/* Written by the scheduler while the thread holds the slot. The CPU
+	 * it runs on plus one, 0 while it does not run. */
+	u32 on_cpu;
+	/* Switch-offs of its vCPU the heartbeat saw while the thread ran
+	 * (a count; it moves at the first beat after the vCPU is back): a
+	 * thread that reads it before and after a critical section knows
+	 * whether the host stopped it inside. */
+	u32 switch_offs;
+	/* Monotonic time (CLOCK_MONOTONIC, ns) at which the thread's slice
+	 * ends at the latest; 0 while it does not run. */
+	u64 slice_end_ns;
+	/* Monotonic time at which its vCPU's next switch-off is predicted
+	 * (the vCPU's active stretch so far against the shortest stretch
+	 * seen, policy.h vs_predicted_switch_off); 0: none predicted (the
+	 * vCPU is not seen to lose time, or its rhythm is not known yet).
+	 * Refreshed at each heartbeat while the thread runs. I-Spinlock's
+	 * "remaining time slice" is the earlier of the two. */
+	u64 switch_off_ns;
+	u32 reserved[8];
 };
 
 struct vs_channel {

@@ -278,6 +278,7 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	if (!l->curr_idle_policy)
 		consolidate_running(l, now);
 	l->curr_short = bvs_enabled && tc && latency_sensitive(tc);
+	l->curr_channel = channel_running(p, cpu, now);
 	start_beating(cpu, l);
 }
 
@@ -293,6 +294,10 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	l = live_of(scx_bpf_task_cpu(p));
 	if (l && !is_idle_task(p))
 		consolidate_stopping(l, bpf_ktime_get_ns());
+	if (l && l->curr_channel) {
+		l->curr_channel = 0;
+		channel_stopping(p);
+	}
 	if (!runnable && l)
 		l->curr_pid = 0;
 	tc = ctx_of(p);
@@ -381,7 +386,7 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 		return;
 	/* A vCPU may have gone idle since the task started: IVH has a target. */
 	start_beating(cpu, l);
-	beat(cpu);
+	beat(cpu, p);
 	if (ivh_at_tick)
 		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
 	renew_slice_if_kept(p, cpu, l);

@@ -374,6 +374,23 @@ static inline int vs_about_to_stall(const struct vcpu_live *l, u64 now,
 }
 
 /*
+ * When a busy vCPU's next switch-off is predicted (the channel's
+ * `switch_off_ns`, I-Spinlock's end of quantum): its current active
+ * stretch reaching the shortest stretch seen (the low-water mark, so the
+ * prediction errs early: a lock not taken costs a wait, a lock held
+ * across a switch-off costs every waiter the whole episode). 0 without a
+ * rhythm (fewer than two episodes) or a fresh beat: nothing is predicted.
+ */
+static inline u64 vs_predicted_switch_off(const struct vcpu_live *l, u64 now,
+					  u64 gap_ns)
+{
+	if (l->gaps < 2 || l->active_low_ns == 0 || l->last_beat_ns == 0 ||
+	    now > l->last_beat_ns + gap_ns || now < l->active_since_ns)
+		return 0;
+	return l->active_since_ns + l->active_low_ns;
+}
+
+/*
  * Whether IVH may move a task to the idle vCPU it chose at once, without
  * the pre-wake hand-shake: the target has been idle (halted) for at least
  * one of the source's rhythms (`rhythm_ns`: its mean active stretch plus

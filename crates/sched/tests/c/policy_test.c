@@ -88,6 +88,27 @@ static void fresh_and_stalling(void)
 	/* No rhythm yet (fewer than two episodes): no stall predicted. */
 	l.gaps = 1;
 	CHECK(!vs_about_to_stall(&l, 13 * MS, 1 * MS));
+	CHECK(vs_predicted_switch_off(&l, 13 * MS, 1 * MS) == 0);
+}
+
+/* The channel's switch-off prediction: the stretch's start plus the
+ * shortest stretch, only while the beats are fresh and a rhythm shown. */
+static void switch_off_predicted_from_the_shortest_stretch(void)
+{
+	struct vcpu_live l = { .last_beat_ns = 11 * MS, .active_since_ns = 10 * MS,
+			       .active_mean_ns = 4 * MS, .active_low_ns = 3 * MS,
+			       .gaps = 5 };
+
+	CHECK(vs_predicted_switch_off(&l, 11 * MS, 2 * MS) == 13 * MS);
+	/* Past the prediction and still beating: still that time (the
+	 * caller sees it passed, and the next episode moves it). */
+	l.last_beat_ns = 14 * MS;
+	CHECK(vs_predicted_switch_off(&l, 14 * MS, 2 * MS) == 13 * MS);
+	/* Beats stale (the vCPU went idle or is off): nothing predicted. */
+	CHECK(vs_predicted_switch_off(&l, 17 * MS, 2 * MS) == 0);
+	/* No rhythm yet. */
+	l.gaps = 1;
+	CHECK(vs_predicted_switch_off(&l, 14 * MS, 2 * MS) == 0);
 }
 
 /*
@@ -272,6 +293,7 @@ int main(void)
 	beat_rhythm();
 	active_run();
 	fresh_and_stalling();
+	switch_off_predicted_from_the_shortest_stretch();
 
 	/* BVS ranks: low-latency first, then fresh far ones, then waits. */
 	CHECK(vs_bvs_rank(1, 1, 0, 0, 0, 1) == VS_BVS_IDLE);
