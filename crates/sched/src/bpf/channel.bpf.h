@@ -34,6 +34,10 @@
  * channel"): marks are not read and the channel says it is not live. */
 const volatile bool channel_enabled = true;
 
+/* The longest slice published as a deadline: a second, far above any
+ * slice vsched gives (slice_ns, milliseconds). */
+#define VS_CHANNEL_SLICE_MAX_NS 1000000000ULL
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -171,6 +175,16 @@ static void channel_close(void)
 		WRITE_ONCE(ch->header.live, 0);
 }
 
+/* When `p`'s slice ends, if it runs now; 0 for a slice too long to be a
+ * deadline (SCX_SLICE_INF, which a task may carry from sched_ext's own
+ * paths: now + it would wrap to a time in the past). */
+static u64 slice_end_of(const struct task_struct *p, u64 now)
+{
+	u64 slice = p->scx.slice;
+
+	return slice <= VS_CHANNEL_SLICE_MAX_NS ? now + slice : 0;
+}
+
 /*
  * `p` starts running on `cpu`: its slot, if it holds one, says so, with
  * its slice's end (a switch-off is predicted only at the next beat).
@@ -184,7 +198,7 @@ static bool channel_running(struct task_struct *p, s32 cpu, u64 now)
 	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)))
 		return false;
 	WRITE_ONCE(s->switch_off_ns, 0);
-	WRITE_ONCE(s->slice_end_ns, now + p->scx.slice);
+	WRITE_ONCE(s->slice_end_ns, slice_end_of(p, now));
 	WRITE_ONCE(s->on_cpu, cpu + 1);
 	return true;
 }
@@ -223,7 +237,7 @@ static void channel_beat(struct vcpu_live *l, struct task_struct *curr,
 		count(VS_STAT_CHANNEL_SWITCH_OFFS_SEEN);
 	}
 	if (curr && (u32)curr->pid == l->curr_pid)
-		WRITE_ONCE(s->slice_end_ns, now + curr->scx.slice);
+		WRITE_ONCE(s->slice_end_ns, slice_end_of(curr, now));
 	WRITE_ONCE(s->switch_off_ns,
 		   vs_predicted_switch_off(l, now, 2 * beat_ns));
 }

@@ -248,7 +248,8 @@ struct vs_channel_slot {
 	 * whether the host stopped it inside. */
 	u32 switch_offs;
 	/* Monotonic time (CLOCK_MONOTONIC, ns) at which the thread's slice
-	 * ends at the latest; 0 while it does not run. */
+	 * ends at the latest; 0 while it does not run, or when its slice
+	 * has no end. */
 	u64 slice_end_ns;
 	/* Monotonic time at which its vCPU's next switch-off is predicted
 	 * (the vCPU's active stretch so far against the shortest stretch
