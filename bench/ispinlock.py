@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+from labround import run_round
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ["glibc", "vsched", "admission"]
 CASE = "spinlock-long"
@@ -132,12 +134,7 @@ def main():
             script.append("kill $s; wait $s")
             args = [a.vsched, "lab", "run", lay, "--kernel-version", a.kernel_version,
                     "--cmd", "; ".join(script)]
-            out = subprocess.run(args, capture_output=True, text=True)
-            got = parse(out.stdout)
-            if not got:
-                sys.exit(f"round {rnd}: no result\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}")
-            runs += got
-            print(f"round {rnd + 1} of {a.rounds}: {len(got)} runs", file=sys.stderr)
+            runs += run_round(args, parse, rnd, a.rounds)
     rows = []
     for threads in a.threads:
         row = {"case": CASE, "threads": threads}

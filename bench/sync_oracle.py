@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from labround import run_round
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULERS = ["default", "scx_bpfland", "vsched"]
 # 8 threads on the guest's 2 vCPUs (4x); ops as `vsched bench sync --guest`
@@ -115,12 +117,7 @@ def main():
             for case, ops in CASES.items():
                 for s in order:
                     args += ["--cmd", command(s, case, ops, rnd)]
-            out = subprocess.run(args, capture_output=True, text=True)
-            got = parse(out.stdout)
-            if not got:
-                sys.exit(f"round {rnd}: no result\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-            runs += got
-            print(f"round {rnd + 1} of {a.rounds}: {len(got)} runs", file=sys.stderr)
+            runs += run_round(args, parse, rnd, a.rounds)
     rows = []
     for case in CASES:
         med = {}
