@@ -149,7 +149,8 @@ def main():
         glibc = row["glibc_ns_per_op"]
         row["admission_throughput_over_glibc"] = glibc / adm if glibc and adm else None
         so_base, so_adm = row["vsched_switched_off_share"], row["admission_switched_off_share"]
-        row["switched_off_holds_cut"] = 1 - so_adm / so_base if so_base else None
+        row["switched_off_holds_cut"] = (1 - so_adm / so_base
+                                         if so_base and so_adm is not None else None)
         rows.append(row)
     print(f"{'threads':>8}{'glibc ns':>10}{'vsched ns':>11}{'adm. ns':>10}"
           f"{'adm/vsched':>11}{'adm/glibc':>10}{'off% vsched':>12}{'off% adm':>10}")

@@ -42,7 +42,9 @@ pub struct Slot {
     pub slice_end_ns: u64,
     /// Written by the scheduler: its vCPU's predicted switch-off.
     pub switch_off_ns: u64,
-    pub reserved: [u32; 8],
+    /// Written by the thread: it reads the four fields above.
+    pub wants_run: u32,
+    pub reserved: [u32; 7],
 }
 
 /// intf.h `struct vs_channel`: the map's one value, which is what a

@@ -110,5 +110,9 @@ mod tests {
             offset_of!(c::vs_channel_slot, switch_off_ns),
             offset_of!(rust::Slot, switch_off_ns)
         );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, wants_run),
+            offset_of!(rust::Slot, wants_run)
+        );
     }
 }

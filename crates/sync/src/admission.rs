@@ -45,6 +45,11 @@ mod imp {
     use core::cell::Cell;
     use core::sync::atomic::Ordering::Relaxed;
 
+    /// Longest an incapable thread waits past the predicted switch-off:
+    /// one heartbeat period (1 ms, state.bpf.h beat_ns), the prediction's
+    /// own resolution. Waiting longer would cost more than most holds a
+    /// switch-off could cut.
+    const MAX_WAIT_NS: u64 = 1_000_000;
     /// PAUSE instructions between two looks at the published state while
     /// waiting: a look is a few loads; this keeps the loop off the
     /// shared cache line without overshooting the switch-off's return by
@@ -70,16 +75,16 @@ mod imp {
         via_channel: bool,
         switch_offs_at_acquire: u32,
         /// A wait for a predicted switch-off ended without one while the
-        /// count read this (plus one; 0: none did): the prediction is
-        /// wrong for this stretch, and is not waited for again in it.
-        mispredicted_at: u32,
+        /// count read this: the prediction is wrong for this stretch, and
+        /// is not waited for again in it.
+        mispredicted_at: Option<u32>,
     }
 
     thread_local! {
         static STATE: Cell<Predictor> = const { Cell::new(Predictor {
             burst_start_ns: 0, last_seen_ns: 0, switches: 0, involuntary: 0,
             burst_ns: 0, hold_ns: 0, acquired_ns: 0, switches_at_acquire: 0, admitted: false,
-            via_channel: false, switch_offs_at_acquire: 0, mispredicted_at: 0,
+            via_channel: false, switch_offs_at_acquire: 0, mispredicted_at: None,
         }) };
     }
 
@@ -89,29 +94,25 @@ mod imp {
     /// Only a switch-off predicted between now and the hold's end makes
     /// a thread incapable: one predicted in the past means the stretch
     /// outran the shortest one seen, and nothing is known of its end.
-    /// An incapable thread waits at most `need` past the prediction: a
-    /// right prediction ends the wait sooner (the switch-off comes before
-    /// the hold would have ended), and a wrong one costs one critical
-    /// section's time, once per stretch.
+    /// An incapable thread waits until the switch-off has come (its count
+    /// moved), its run changed (another vCPU, a fresh run: a new
+    /// prediction), or `need` (at most MAX_WAIT_NS) past the prediction;
+    /// a wait that ran out marks the prediction wrong for this stretch.
+    /// A slice that ends before the hold would is left by yielding first.
     fn admit_by_channel(p: &mut Predictor, word: &AtomicU32, seen: Published) {
         bump(Counter::admission_checks);
-        if p.hold_ns == 0 || !seen.running {
+        if p.hold_ns == 0 || seen.on_cpu == 0 {
             return;
         }
         let held = word.load(Relaxed) != 0;
         let need = p.hold_ns * if held { 2 } else { 1 };
         let now = mono_ns();
-        let off = seen.switch_off_ns;
-        let slice_end = seen.slice_end_ns;
-        if off != 0 && (slice_end == 0 || off <= slice_end) {
-            if now >= off
-                || now + need <= off
-                || p.mispredicted_at == seen.switch_offs.wrapping_add(1)
-            {
-                return;
-            }
+        let (off, slice_end) = (seen.switch_off_ns, seen.slice_end_ns);
+        let off_first = off != 0 && (slice_end == 0 || off <= slice_end);
+        if off_first && now < off && now + need > off && p.mispredicted_at != Some(seen.switch_offs)
+        {
             bump(Counter::admission_waits);
-            let deadline = off + need;
+            let deadline = off + need.min(MAX_WAIT_NS);
             loop {
                 for _ in 0..WAIT_PAUSES {
                     core::hint::spin_loop();
@@ -119,16 +120,22 @@ mod imp {
                 let Some(now_seen) = crate::channel::published() else {
                     return; // the scheduler went away
                 };
-                if now_seen.switch_offs != seen.switch_offs || !now_seen.running {
-                    return; // a fresh stretch, or a fresh run
+                if now_seen.switch_offs != seen.switch_offs
+                    || now_seen.on_cpu != seen.on_cpu
+                    || now_seen.switch_off_ns != off
+                {
+                    return;
                 }
                 if mono_ns() > deadline {
                     bump(Counter::admission_wait_timeouts);
-                    p.mispredicted_at = seen.switch_offs.wrapping_add(1);
+                    p.mispredicted_at = Some(seen.switch_offs);
                     return;
                 }
             }
-        } else if slice_end != 0 && now + need > slice_end {
+        }
+        // A slice end already past was renewed in place and not yet
+        // published again: nothing is known.
+        if slice_end > now && now + need > slice_end {
             bump(Counter::admission_yields);
             crate::shim::yield_now();
         }

@@ -15,8 +15,12 @@
 //! mark left set is only a hint: the scheduler passes over a marked task
 //! for at most 20 ms since it last ran (policy.h VS_MARK_SKIP_NS).
 //!
+//! The other way: what the scheduler publishes about a thread's run
+//! (`published`), for spinlock admission (admission.rs).
+//!
 //! Found without configuration: the pin vsched_os::channel::PIN, mapped
-//! at the first marked wait (one bpf(2) and one mmap(2)); tried again at
+//! at the first marked wait, or the first spinlock acquisition under
+//! admission or statistics (one bpf(2) and one mmap(2)); tried again at
 //! most every ATTACH_RETRY_NS while absent, so a program started before
 //! the scheduler uses it once it runs. A mapping whose scheduler stopped
 //! (its header's `live` cleared) is left mapped (threads may still hold
@@ -35,8 +39,9 @@ use vsched_os::channel::{self as layout, Channel};
 
 /// Shortest time between two attempts to find the channel: a failed
 /// attempt is one bpf(2) call (a few microseconds), made from a wait that
-/// is yielding anyway; once a second costs nothing measurable and finds a
-/// scheduler loaded after the program started within a second.
+/// is yielding anyway or from a spinlock acquisition that asked for
+/// admission or statistics; once a second costs nothing measurable and
+/// finds a scheduler loaded after the program started within a second.
 const ATTACH_RETRY_NS: u64 = 1_000_000_000;
 
 /// The mapped channel (null: none yet).
@@ -127,9 +132,9 @@ pub fn clear_marks(word: usize) {
 /// run (intf.h `struct vs_channel_slot`, the scheduler's fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Published {
-    /// The thread runs now (the scheduler's `on_cpu` is set): the rest is
-    /// about this run.
-    pub running: bool,
+    /// The CPU the thread runs on plus one (the scheduler's `on_cpu`; 0:
+    /// nothing published yet for this run): the rest is about this run.
+    pub on_cpu: u32,
     /// Switch-offs of its vCPU the scheduler saw while it ran.
     pub switch_offs: u32,
     /// When its slice ends (ns, monotonic; 0: not known).
@@ -141,13 +146,18 @@ pub struct Published {
 /// What the scheduler publishes for the calling thread, if a vsched
 /// scheduler with a channel runs and the thread holds (or now claims) a
 /// slot. Not gated by `--channel`: the marks are, this is read by
-/// spinlock admission (admission.rs). The first call maps the channel
-/// (the scheduler fills the slot from the thread's next switch in).
+/// spinlock admission (admission.rs). The first call maps the channel and
+/// asks for the thread's run (`wants_run`): the scheduler fills the slot
+/// from the thread's next switch in.
 pub fn published() -> Option<Published> {
     let ch = live_channel()?;
     let slot = &ch.slots[claimed_slot(ch)?];
+    let wants = as_atomic(&slot.wants_run);
+    if wants.load(Relaxed) == 0 {
+        wants.store(1, Relaxed);
+    }
     Some(Published {
-        running: as_atomic(&slot.on_cpu).load(Relaxed) != 0,
+        on_cpu: as_atomic(&slot.on_cpu).load(Relaxed),
         switch_offs: as_atomic(&slot.switch_offs).load(Relaxed),
         slice_end_ns: as_atomic64(&slot.slice_end_ns).load(Relaxed),
         switch_off_ns: as_atomic64(&slot.switch_off_ns).load(Relaxed),
@@ -299,7 +309,8 @@ fn attach() -> Option<*mut Channel> {
     Some(ch)
 }
 
-/// This thread's slot in `ch`, claimed at its first marked wait.
+/// This thread's slot in `ch`, claimed at its first marked wait or
+/// published read.
 #[cfg(not(loom))]
 fn claimed_slot(ch: &'static Channel) -> Option<usize> {
     let tid = crate::tid::current();
@@ -313,6 +324,10 @@ fn claimed_slot(ch: &'static Channel) -> Option<usize> {
     let claimed = owner.compare_exchange(0, tid as u32, SeqCst, Relaxed);
     if claimed.is_err() && claimed != Err(tid as u32) {
         return None;
+    }
+    if claimed.is_ok() {
+        // A fresh claim asks for nothing until `published` does.
+        as_atomic(&ch.slots[index].wants_run).store(0, Relaxed);
     }
     CLAIM.with(|c| c.set((tid, at, index + 1)));
     Some(index)

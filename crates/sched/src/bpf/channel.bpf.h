@@ -24,8 +24,9 @@
  * running thread's slot where it runs, when its slice ends, and when its
  * vCPU's next switch-off is predicted (from the heartbeat, which runs
  * on a vCPU that loses time while such a thread runs there), and counts
- * the switch-offs the thread sat through. Only threads that claimed a
- * slot pay for it: for others, one read of the slot's owner per switch.
+ * the switch-offs the thread sat through. Only threads that ask for it
+ * (their slot's `wants_run`) pay for it: for others, a read of the
+ * slot's owner per switch.
  *
  * Included once by main.bpf.c, before queue.bpf.h and heartbeat.bpf.h.
  */
@@ -53,12 +54,13 @@ static struct vs_channel *channel_get(void)
 	return bpf_map_lookup_elem(&channel, &zero);
 }
 
-/* The slot of thread `pid`, if it holds one. */
+/* The slot of thread `pid`, if it holds one (pid 0 holds none: a slot's
+ * tid 0 means free). */
 static struct vs_channel_slot *slot_of_pid(struct vs_channel *ch, u32 pid)
 {
 	struct vs_channel_slot *s = &ch->slots[pid & (VS_CHANNEL_SLOTS - 1)];
 
-	return READ_ONCE(s->tid) == pid ? s : NULL;
+	return pid && READ_ONCE(s->tid) == pid ? s : NULL;
 }
 
 /* `p`'s slot, if `p` holds it. */
@@ -148,6 +150,7 @@ static void channel_forget(struct task_struct *p)
 		return;
 	if (__sync_lock_test_and_set(&s->waiting, 0))
 		__sync_fetch_and_sub(&ch->header.marked, 1);
+	WRITE_ONCE(s->wants_run, 0);
 	if (__sync_val_compare_and_swap(&s->tid, (u32)p->pid, 0) == (u32)p->pid)
 		count(VS_STAT_CHANNEL_SLOTS_FREED);
 }
@@ -186,16 +189,18 @@ static u64 slice_end_of(const struct task_struct *p, u64 now)
 }
 
 /*
- * `p` starts running on `cpu`: its slot, if it holds one, says so, with
- * its slice's end (a switch-off is predicted only at the next beat).
- * Returns whether it holds one, for the vCPU's `curr_channel`.
+ * `p` starts running on `cpu`: its slot, if it holds one and asks for its
+ * run (`wants_run`), says so, with its slice's end (a switch-off is
+ * predicted only at the next beat). Returns whether it was written, for
+ * the vCPU's `curr_channel`.
  */
 static bool channel_running(struct task_struct *p, s32 cpu, u64 now)
 {
 	struct vs_channel *ch;
 	struct vs_channel_slot *s;
 
-	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)))
+	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)) ||
+	    !READ_ONCE(s->wants_run))
 		return false;
 	WRITE_ONCE(s->switch_off_ns, 0);
 	WRITE_ONCE(s->slice_end_ns, slice_end_of(p, now));
@@ -216,28 +221,44 @@ static void channel_stopping(struct task_struct *p)
 	WRITE_ONCE(s->switch_off_ns, 0);
 }
 
-/*
- * A heartbeat or tick of `l`'s vCPU while a thread with a slot runs
- * there (`curr_channel`): its slice's end (the tick may have renewed
- * it), the predicted switch-off, and a switch-off the beat just saw
- * (`episode`).
- */
-static void channel_beat(struct vcpu_live *l, struct task_struct *curr,
-			 bool episode, u64 now)
+/* The slot `l`'s vCPU publishes to: its current task's, while that
+ * asked for its run (`curr_channel`). */
+static struct vs_channel_slot *curr_slot(struct vcpu_live *l)
 {
 	struct vs_channel *ch;
-	struct vs_channel_slot *s;
 
-	if (!l->curr_channel || !channel_enabled || !(ch = channel_get()) ||
-	    !(s = slot_of_pid(ch, l->curr_pid)))
+	if (!l->curr_channel || !channel_enabled || !(ch = channel_get()))
+		return NULL;
+	return slot_of_pid(ch, l->curr_pid);
+}
+
+/*
+ * A heartbeat of `l`'s vCPU while a thread that asked for its run runs
+ * there: the predicted switch-off, and a switch-off the beat just saw
+ * (`episode`).
+ */
+static void channel_beat(struct vcpu_live *l, bool episode, u64 now)
+{
+	struct vs_channel_slot *s = curr_slot(l);
+
+	if (!s)
 		return;
 	if (episode) {
 		/* Only the vCPU running the thread writes it. */
 		WRITE_ONCE(s->switch_offs, s->switch_offs + 1);
 		count(VS_STAT_CHANNEL_SWITCH_OFFS_SEEN);
 	}
-	if (curr && (u32)curr->pid == l->curr_pid)
-		WRITE_ONCE(s->slice_end_ns, slice_end_of(curr, now));
 	WRITE_ONCE(s->switch_off_ns,
 		   vs_predicted_switch_off(l, now, 2 * beat_ns));
+}
+
+/* The tick, after it may have renewed `curr`'s slice in place (no
+ * running or stopping tells of that): the slice's end again. */
+static void channel_tick(struct vcpu_live *l, struct task_struct *curr)
+{
+	struct vs_channel_slot *s = curr_slot(l);
+
+	if (s && (u32)curr->pid == l->curr_pid)
+		WRITE_ONCE(s->slice_end_ns,
+			   slice_end_of(curr, bpf_ktime_get_ns()));
 }

@@ -23,7 +23,8 @@ static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 
 	if (!l->curr_pid || !loses_time(cpu))
 		return false;
-	/* A thread with a channel slot reads the predicted switch-off. */
+	/* A thread that asked the channel for its run reads the predicted
+	 * switch-off. */
 	if (l->curr_channel)
 		return true;
 	if (bvs_enabled && l->curr_idle_policy)
@@ -37,11 +38,10 @@ static bool beats_wanted(s32 cpu, struct vcpu_live *l)
 
 /*
  * A heartbeat of the busy vCPU `cpu` (its timer, or its tick while the
- * timer runs; `curr`: the task the tick interrupted, NULL from the
- * timer). Without the timer the ticks alone (4 ms apart at HZ=250)
+ * timer runs). Without the timer the ticks alone (4 ms apart at HZ=250)
  * would read as episodes: they only keep the state unknown.
  */
-static void beat(s32 cpu, struct task_struct *curr)
+static void beat(s32 cpu)
 {
 	struct vcpu_live *l = live_of(cpu);
 	u64 now = bpf_ktime_get_ns();
@@ -56,7 +56,7 @@ static void beat(s32 cpu, struct task_struct *curr)
 	episode = vs_beat(l, now, 2 * beat_ns);
 	if (episode)
 		count(VS_STAT_BEAT_GAPS);
-	channel_beat(l, curr, episode, now);
+	channel_beat(l, episode, now);
 	ivh_consider(cpu, l, now);
 }
 
@@ -72,7 +72,7 @@ static int beat_timer_fired(void *map, int *key, struct beat_timer *bt)
 		l->last_beat_ns = 0;
 		return 0;
 	}
-	beat(cpu, NULL);
+	beat(cpu);
 	bpf_timer_start(&bt->timer, beat_ns, VS_TIMER_CPU_PIN);
 	return 0;
 }

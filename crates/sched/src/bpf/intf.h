@@ -130,8 +130,9 @@ struct vcpu_live {
 	u64 normal_run_start_ns;
 	/* Consolidation parked this vCPU: no normal task is placed here. */
 	u32 parked;
-	/* The task running now holds a slot of the channel (channel.bpf.h):
-	 * its vCPU's heartbeat publishes the predicted switch-off to it. */
+	/* The task running now asked the channel for its run (its slot's
+	 * `wants_run`, channel.bpf.h): its vCPU's heartbeat publishes the
+	 * predicted switch-off to it. */
 	u32 curr_channel;
 };
 
@@ -223,8 +224,9 @@ struct vs_channel_header {
 };
 
 /*
- * One thread's state: the first two fields written by the thread itself
- * (except where said), the rest by the scheduler for the thread to read.
+ * One thread's state: `tid`, `waiting` and `wants_run` written by the
+ * thread itself (except where said), the rest by the scheduler for the
+ * thread to read.
  */
 struct vs_channel_slot {
 	/* The owner's thread id in the initial pid namespace (0: free).
@@ -248,7 +250,8 @@ struct vs_channel_slot {
 	 * whether the host stopped it inside. */
 	u32 switch_offs;
 	/* Monotonic time (CLOCK_MONOTONIC, ns) at which the thread's slice
-	 * ends at the latest; 0 while it does not run, or when its slice
+	 * ends unless renewed (the tick may renew a slice in place, and then
+	 * publishes the new end); 0 while it does not run, or when its slice
 	 * has no end. */
 	u64 slice_end_ns;
 	/* Monotonic time at which its vCPU's next switch-off is predicted
@@ -258,7 +261,13 @@ struct vs_channel_slot {
 	 * Refreshed at each heartbeat while the thread runs. I-Spinlock's
 	 * "remaining time slice" is the earlier of the two. */
 	u64 switch_off_ns;
-	u32 reserved[8];
+	/* Written by the thread: non-zero if it reads the four fields above
+	 * (spinlock admission, or statistics counting its holds). Only then
+	 * does the scheduler write them, and keep the vCPU's heartbeat
+	 * running for the prediction: a thread that only marks (virtual
+	 * blocking) costs no timer interrupts. */
+	u32 wants_run;
+	u32 reserved[7];
 };
 
 struct vs_channel {

@@ -386,10 +386,11 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 		return;
 	/* A vCPU may have gone idle since the task started: IVH has a target. */
 	start_beating(cpu, l);
-	beat(cpu, p);
+	beat(cpu);
 	if (ivh_at_tick)
 		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
 	renew_slice_if_kept(p, cpu, l);
+	channel_tick(l, p);
 }
 
 /* Tunable (`--no-yield-in-place`): every sched_yield() ends the slice. */
