@@ -94,6 +94,13 @@ struct vcpu_live {
 	u64 active_mean_ns;
 	u64 inactive_mean_ns;
 	u64 active_low_ns;
+	/* The low-water mark of whole stretches only: those that began with
+	 * an episode (the vCPU coming back), not with the beats starting,
+	 * whose start is only when the heartbeat began to look. The
+	 * channel's switch-off prediction reads it (policy.h
+	 * vs_predicted_switch_off); `stretch_whole`: the current stretch
+	 * began with an episode. */
+	u64 whole_low_ns;
 	/* Episodes the heartbeat saw, and the inactive time they surely
 	 * took (policy.h's vs_beat): a task's wall-clock run on this vCPU
 	 * less what this grew by meanwhile is the time it really ran. */
@@ -130,6 +137,7 @@ struct vcpu_live {
 	u64 normal_run_start_ns;
 	/* Consolidation parked this vCPU: no normal task is placed here. */
 	u32 parked;
+	u32 stretch_whole;
 	/* The task running now asked the channel for its run (its slot's
 	 * `wants_run`, channel.bpf.h): its vCPU's heartbeat publishes the
 	 * predicted switch-off to it. */

@@ -266,15 +266,20 @@ static inline int vs_beat(struct vcpu_live *l, u64 now, u64 gap_ns)
 
 			l->active_mean_ns = vs_ewma(l->active_mean_ns, stretch);
 			l->active_low_ns = vs_low_water(l->active_low_ns, stretch);
+			if (l->stretch_whole)
+				l->whole_low_ns =
+					vs_low_water(l->whole_low_ns, stretch);
 		}
 		l->inactive_mean_ns = vs_ewma(l->inactive_mean_ns,
 					      now - l->last_beat_ns);
 		l->gaps++;
 		l->inactive_seen_ns += now - l->last_beat_ns - gap_ns / 2;
 		l->active_since_ns = now;
+		l->stretch_whole = 1;
 		episode = 1;
 	} else if (l->last_beat_ns == 0) {
 		l->active_since_ns = now;
+		l->stretch_whole = 0;
 	}
 	l->last_beat_ns = now;
 	return episode;
@@ -376,18 +381,22 @@ static inline int vs_about_to_stall(const struct vcpu_live *l, u64 now,
 /*
  * When a busy vCPU's next switch-off is predicted (the channel's
  * `switch_off_ns`, I-Spinlock's end of quantum): its current active
- * stretch reaching the shortest stretch seen (the low-water mark, so the
- * prediction errs early: a lock not taken costs a wait, a lock held
- * across a switch-off costs every waiter the whole episode). 0 without a
- * rhythm (fewer than two episodes) or a fresh beat: nothing is predicted.
+ * stretch reaching the shortest whole stretch seen (the low-water mark,
+ * so the prediction errs early: a lock not taken costs a wait, a lock
+ * held across a switch-off costs every waiter the whole episode). Whole
+ * stretches only, and only in one: a stretch counted from when the beats
+ * (re)started, after the vCPU idled or ran a task that asked for none,
+ * began at an unknown point of the host's period, and would drag the
+ * mark down and the predictions early. 0 when nothing is predicted: no
+ * whole stretch measured yet, the current one not whole, or no fresh beat.
  */
 static inline u64 vs_predicted_switch_off(const struct vcpu_live *l, u64 now,
 					  u64 gap_ns)
 {
-	if (l->gaps < 2 || l->active_low_ns == 0 || l->last_beat_ns == 0 ||
+	if (!l->stretch_whole || l->whole_low_ns == 0 || l->last_beat_ns == 0 ||
 	    now > l->last_beat_ns + gap_ns || now < l->active_since_ns)
 		return 0;
-	return l->active_since_ns + l->active_low_ns;
+	return l->active_since_ns + l->whole_low_ns;
 }
 
 /*

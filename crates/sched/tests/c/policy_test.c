@@ -41,6 +41,7 @@ static void beat_rhythm(void)
 	CHECK(l.active_mean_ns > 29 * MS / 10 && l.active_mean_ns <= 3 * MS);
 	CHECK(l.inactive_mean_ns >= 2 * MS && l.inactive_mean_ns < 21 * MS / 10);
 	CHECK(l.active_low_ns == 3 * MS);
+	CHECK(l.whole_low_ns == 3 * MS && l.stretch_whole);
 	/* Each 2 ms gap surely held 1.5 ms off: the vCPU may have run up to
 	 * the missed beat's due time, half a millisecond after the last. */
 	CHECK(l.inactive_seen_ns == 39 * 3 * MS / 2);
@@ -92,11 +93,12 @@ static void fresh_and_stalling(void)
 }
 
 /* The channel's switch-off prediction: the stretch's start plus the
- * shortest stretch, only while the beats are fresh and a rhythm shown. */
+ * shortest whole stretch, only in a whole stretch with fresh beats. */
 static void switch_off_predicted_from_the_shortest_stretch(void)
 {
 	struct vcpu_live l = { .last_beat_ns = 11 * MS, .active_since_ns = 10 * MS,
-			       .active_mean_ns = 4 * MS, .active_low_ns = 3 * MS,
+			       .active_mean_ns = 4 * MS, .active_low_ns = 1 * MS,
+			       .whole_low_ns = 3 * MS, .stretch_whole = 1,
 			       .gaps = 5 };
 
 	CHECK(vs_predicted_switch_off(&l, 11 * MS, 2 * MS) == 13 * MS);
@@ -106,9 +108,40 @@ static void switch_off_predicted_from_the_shortest_stretch(void)
 	CHECK(vs_predicted_switch_off(&l, 14 * MS, 2 * MS) == 13 * MS);
 	/* Beats stale (the vCPU went idle or is off): nothing predicted. */
 	CHECK(vs_predicted_switch_off(&l, 17 * MS, 2 * MS) == 0);
-	/* No rhythm yet. */
-	l.gaps = 1;
+	/* A stretch from a restart of the beats: its start is unknown. */
+	l.stretch_whole = 0;
 	CHECK(vs_predicted_switch_off(&l, 14 * MS, 2 * MS) == 0);
+}
+
+/*
+ * Regression (the channel's predictions came early: every admission wait
+ * for a switch-off ran out): stretches counted from a restart of the
+ * beats, shorter than the host's, set the IVH low-water mark but not the
+ * whole-stretch one the channel predicts from.
+ */
+static void a_restarted_heartbeat_does_not_cut_the_whole_stretch_mark(void)
+{
+	struct vcpu_live l = { 0 };
+	uint64_t t = 10 * MS;
+
+	/* Two whole 3 ms stretches (beats every 0.5 ms, 7 ms off). */
+	for (int period = 0; period < 3; period++) {
+		for (int b = 0; b <= 6; b++)
+			vs_beat(&l, t + b * MS / 2, 1 * MS);
+		t += 10 * MS;
+	}
+	CHECK(l.whole_low_ns == 3 * MS);
+	/* The beats stop (idle) and start 2.5 ms into a stretch. */
+	l.last_beat_ns = 0;
+	for (int b = 5; b <= 6; b++)
+		vs_beat(&l, t + b * MS / 2, 1 * MS);
+	CHECK(!l.stretch_whole);
+	t += 10 * MS;
+	vs_beat(&l, t, 1 * MS); /* back: that half stretch ends */
+	CHECK(l.active_low_ns == MS / 2);
+	CHECK(l.whole_low_ns == 3 * MS);
+	CHECK(l.stretch_whole);
+	CHECK(vs_predicted_switch_off(&l, t, 1 * MS) == t + 3 * MS);
 }
 
 /*
@@ -294,6 +327,7 @@ int main(void)
 	active_run();
 	fresh_and_stalling();
 	switch_off_predicted_from_the_shortest_stretch();
+	a_restarted_heartbeat_does_not_cut_the_whole_stretch_mark();
 
 	/* BVS ranks: low-latency first, then fresh far ones, then waits. */
 	CHECK(vs_bvs_rank(1, 1, 0, 0, 0, 1) == VS_BVS_IDLE);
