@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from labround import run_round
+from labround import marked_samples, run_round
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ["glibc", "vsched", "admission"]
@@ -61,14 +61,7 @@ def layout(binaries):
 
 def parse(output):
     runs, lines = [], output.splitlines()
-    for i, line in enumerate(lines):
-        if not line.startswith(MARK + " ") or i + 1 >= len(lines):
-            continue
-        _, rnd, variant, threads, state = line.split()
-        try:
-            sample = json.loads(lines[i + 1])
-        except json.JSONDecodeError:
-            continue
+    for i, (rnd, variant, threads, state), sample in marked_samples(lines, MARK):
         counters = {}
         for later in lines[i + 2:i + 6]:
             if later.startswith(MARK + " "):

@@ -3,6 +3,7 @@ parse what it printed, and stop the benchmark with the guest's output
 when nothing could be parsed (a guest that failed to boot, a command
 that did not run). Shared by the scripts that rotate variants over
 rounds of guests (sync_oracle.py, ispinlock.py)."""
+import json
 import subprocess
 import sys
 
@@ -16,3 +17,18 @@ def run_round(args, parse, rnd, rounds):
         sys.exit(f"round {rnd}: no result\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}")
     print(f"round {rnd + 1} of {rounds}: {len(got)} runs", file=sys.stderr)
     return got
+
+
+def marked_samples(lines, mark):
+    """Each result a guest printed as a line `MARK FIELD...` followed by
+    the program's JSON line: (index of the mark line, its fields after
+    the mark, the parsed JSON). A mark whose next line is not JSON (the
+    program failed) yields nothing."""
+    for i, line in enumerate(lines):
+        if not line.startswith(mark + " ") or i + 1 >= len(lines):
+            continue
+        try:
+            sample = json.loads(lines[i + 1])
+        except json.JSONDecodeError:
+            continue
+        yield i, line.split()[1:], sample

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from labround import run_round
+from labround import marked_samples, run_round
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULERS = ["default", "scx_bpfland", "vsched"]
@@ -72,15 +72,8 @@ def layout(binaries):
 
 
 def parse(output):
-    runs, lines = [], output.splitlines()
-    for i, line in enumerate(lines):
-        if not line.startswith(MARK) or i + 1 >= len(lines):
-            continue
-        _, rnd, scheduler, case, state = line.split()
-        try:
-            sample = json.loads(lines[i + 1])
-        except json.JSONDecodeError:
-            continue
+    runs = []
+    for _, (rnd, scheduler, case, state), sample in marked_samples(output.splitlines(), MARK):
         expected = "disabled" if scheduler == "default" else "enabled"
         if state != expected or sample.get("loaded") != 1:
             print(f"left out: round {rnd} {scheduler} {case}: sched_ext {state}, "
