@@ -74,17 +74,18 @@ mod imp {
         /// read `switch_offs_at_acquire` when the lock was taken.
         via_channel: bool,
         switch_offs_at_acquire: u32,
-        /// A wait for a predicted switch-off ended without one while the
-        /// count read this: the prediction is wrong for this stretch, and
-        /// is not waited for again in it.
-        mispredicted_at: Option<u32>,
+        /// A wait for the switch-off predicted at this time ended without
+        /// it: the prediction is wrong (the time names the stretch: its
+        /// start plus the shortest whole stretch), and is not waited for
+        /// again.
+        mispredicted_off: Option<u64>,
     }
 
     thread_local! {
         static STATE: Cell<Predictor> = const { Cell::new(Predictor {
             burst_start_ns: 0, last_seen_ns: 0, switches: 0, involuntary: 0,
             burst_ns: 0, hold_ns: 0, acquired_ns: 0, switches_at_acquire: 0, admitted: false,
-            via_channel: false, switch_offs_at_acquire: 0, mispredicted_at: None,
+            via_channel: false, switch_offs_at_acquire: 0, mispredicted_off: None,
         }) };
     }
 
@@ -97,8 +98,8 @@ mod imp {
     /// An incapable thread waits until the switch-off has come (its count
     /// moved), its run changed (another vCPU, a fresh run: a new
     /// prediction), or `need` (at most MAX_WAIT_NS) past the prediction;
-    /// a wait that ran out marks the prediction wrong for this stretch.
-    /// A slice that ends before the hold would is left by yielding first.
+    /// a wait that ran out marks that prediction wrong. A slice that ends
+    /// before the hold would is left by yielding first.
     fn admit_by_channel(p: &mut Predictor, word: &AtomicU32, seen: Published) {
         bump(Counter::admission_checks);
         if p.hold_ns == 0 || seen.on_cpu == 0 {
@@ -107,10 +108,16 @@ mod imp {
         let held = word.load(Relaxed) != 0;
         let need = p.hold_ns * if held { 2 } else { 1 };
         let now = mono_ns();
-        let (off, slice_end) = (seen.switch_off_ns, seen.slice_end_ns);
+        let off = seen.switch_off_ns;
+        // A slice end already past was renewed in place and not yet
+        // published again (the tick publishes it): nothing is known.
+        let slice_end = if seen.slice_end_ns > now {
+            seen.slice_end_ns
+        } else {
+            0
+        };
         let off_first = off != 0 && (slice_end == 0 || off <= slice_end);
-        if off_first && now < off && now + need > off && p.mispredicted_at != Some(seen.switch_offs)
-        {
+        if off_first && now < off && now + need > off && p.mispredicted_off != Some(off) {
             bump(Counter::admission_waits);
             let deadline = off + need.min(MAX_WAIT_NS);
             loop {
@@ -120,6 +127,8 @@ mod imp {
                 let Some(now_seen) = crate::channel::published() else {
                     return; // the scheduler went away
                 };
+                // A fresh stretch or run: what was read before the
+                // wait (the slice's end too) is about the old one.
                 if now_seen.switch_offs != seen.switch_offs
                     || now_seen.on_cpu != seen.on_cpu
                     || now_seen.switch_off_ns != off
@@ -128,14 +137,12 @@ mod imp {
                 }
                 if mono_ns() > deadline {
                     bump(Counter::admission_wait_timeouts);
-                    p.mispredicted_at = Some(seen.switch_offs);
+                    p.mispredicted_off = Some(off);
                     return;
                 }
             }
         }
-        // A slice end already past was renewed in place and not yet
-        // published again: nothing is known.
-        if slice_end > now && now + need > slice_end {
+        if slice_end != 0 && now + need > slice_end {
             bump(Counter::admission_yields);
             crate::shim::yield_now();
         }

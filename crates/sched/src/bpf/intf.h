@@ -137,6 +137,7 @@ struct vcpu_live {
 	u64 normal_run_start_ns;
 	/* Consolidation parked this vCPU: no normal task is placed here. */
 	u32 parked;
+	/* The current stretch began with an episode (see whole_low_ns). */
 	u32 stretch_whole;
 	/* The task running now asked the channel for its run (its slot's
 	 * `wants_run`, channel.bpf.h): its vCPU's heartbeat publishes the
@@ -263,8 +264,8 @@ struct vs_channel_slot {
 	 * has no end. */
 	u64 slice_end_ns;
 	/* Monotonic time at which its vCPU's next switch-off is predicted
-	 * (the vCPU's active stretch so far against the shortest stretch
-	 * seen, policy.h vs_predicted_switch_off); 0: none predicted (the
+	 * (the vCPU's active stretch so far against the shortest whole
+	 * stretch seen, policy.h vs_predicted_switch_off); 0: none predicted (the
 	 * vCPU is not seen to lose time, or its rhythm is not known yet).
 	 * Refreshed at each heartbeat while the thread runs. I-Spinlock's
 	 * "remaining time slice" is the earlier of the two. */

@@ -384,6 +384,11 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 		scx_bpf_error("injected error (vsched sched --inject-error-after)");
 	if (reference_fifo || !(l = live_of(cpu)))
 		return;
+	/* A thread that asked the channel for its run while running (it
+	 * may run on with no switch-in: a slice renewed in place, a yield
+	 * kept) is published from its next tick. */
+	if (!l->curr_channel && !is_idle_task(p))
+		l->curr_channel = channel_running(p, cpu, bpf_ktime_get_ns());
 	/* A vCPU may have gone idle since the task started: IVH has a target. */
 	start_beating(cpu, l);
 	beat(cpu);

@@ -89,6 +89,7 @@ static void fresh_and_stalling(void)
 	/* No rhythm yet (fewer than two episodes): no stall predicted. */
 	l.gaps = 1;
 	CHECK(!vs_about_to_stall(&l, 13 * MS, 1 * MS));
+	/* No whole stretch measured (whole_low_ns 0): no switch-off. */
 	CHECK(vs_predicted_switch_off(&l, 13 * MS, 1 * MS) == 0);
 }
 
@@ -124,7 +125,8 @@ static void a_restarted_heartbeat_does_not_cut_the_whole_stretch_mark(void)
 	struct vcpu_live l = { 0 };
 	uint64_t t = 10 * MS;
 
-	/* Two whole 3 ms stretches (beats every 0.5 ms, 7 ms off). */
+	/* Three 3 ms stretches (beats every 0.5 ms, 7 ms off): the first
+	 * from the beats starting, the second whole and measured. */
 	for (int period = 0; period < 3; period++) {
 		for (int b = 0; b <= 6; b++)
 			vs_beat(&l, t + b * MS / 2, 1 * MS);
