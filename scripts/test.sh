@@ -63,7 +63,7 @@ cargo test --release --workspace --all-targets
 # one: each kernel's verifier judges the BPF object on its own, as
 # 6.18.15's once refused one the others took. The benchmarks' end-to-end
 # runs boot their own kernel: once is enough.
-vsched=./target/release/vsched
+vsched="${CARGO_TARGET_DIR:-target}/release/vsched"
 default_kernel=$("$vsched" lab kernels --default)
 mapfile -t kernels < <("$vsched" lab kernels --versions)
 oldest=${kernels[0]}
