@@ -398,8 +398,8 @@ fn parked_at_each_report(history: &Value) -> Vec<(u64, String)> {
 /// next trial, which a steady narrowed set never holds: the daemon's
 /// scheduler runs the blocking program for 24 s with vCPU 1 preferred
 /// (so vCPU 0 parked), and 10 s in, the guest writes 0 to the mask. Before
-/// the change, reports must show vCPU 0 parked at two or more and never
-/// vCPU 1; after it, vCPU 1 parked within SWAP_WITHIN_MS, and from then on
+/// the change, from the first report with vCPU 0 parked on, reports must
+/// show vCPU 0 parked at two or more and never vCPU 1; after it, vCPU 1 parked within SWAP_WITHIN_MS, and from then on
 /// never vCPU 0, at three reports or more.
 /// The control, the same build with the swap switched off (2026-12-06),
 /// kept vCPU 0 parked at every report after the change in 3 of 3 runs
@@ -438,10 +438,17 @@ fn consolidation_follows_the_kernels_preferred_mask_when_it_changes() {
     // emulator, ran long enough to widen the set at once in 2 of 6 runs,
     // and then the next narrowing parked the newly left-out vCPU without
     // a swap, in the control too.
+    // Before the first model the preference is not known, and an idle
+    // guest may already be narrowed the other way: "before" starts at
+    // the first report with vCPU 0 parked. A set that parked vCPU 1
+    // until the probers' first model came swapped at the next period
+    // (seen once on 6.16.12: vCPU 1 parked at the program's start, vCPU
+    // 0 1.8 s later, two swaps in all).
     let before: Vec<&str> = parked
         .iter()
         .filter(|(ms, _)| *ms < changed_ms)
         .map(|(_, p)| p.as_str())
+        .skip_while(|p| *p != "0")
         .collect();
     assert!(
         before.iter().filter(|p| **p == "0").count() >= 2 && !before.contains(&"1"),
