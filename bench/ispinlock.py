@@ -23,11 +23,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from labround import marked_samples, run_round
+from labround import build_syncbench, marked_samples, require, run_round
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ["glibc", "vsched", "admission"]
@@ -105,14 +104,10 @@ def main():
     ap.add_argument("--library", default=os.path.join(ROOT, "target/release/libvsched_sync.so"))
     ap.add_argument("--json", help="write every run and the medians here")
     a = ap.parse_args()
-    for path in (a.vsched, a.library):
-        if not os.path.exists(path):
-            sys.exit(f"missing {path} (see this script's docstring)")
+    require((a.vsched, a.library))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        syncbench = os.path.join(tmp, "syncbench")
-        subprocess.run(["cc", "-O2", "-pthread", "-o", syncbench,
-                        os.path.join(ROOT, "crates/bench/c/syncbench.c")], check=True)
+        syncbench = build_syncbench(tmp)
         lay = os.path.join(tmp, "ispinlock.toml")
         with open(lay, "w") as f:
             f.write(layout([a.library, syncbench]))

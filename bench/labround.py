@@ -4,8 +4,11 @@ when nothing could be parsed (a guest that failed to boot, a command
 that did not run). Shared by the scripts that rotate variants over
 rounds of guests (sync_oracle.py, ispinlock.py)."""
 import json
+import os
 import subprocess
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_round(args, parse, rnd, rounds):
@@ -32,3 +35,18 @@ def marked_samples(lines, mark):
         except json.JSONDecodeError:
             continue
         yield i, line.split()[1:], sample
+
+
+def require(paths):
+    """Stops the benchmark naming the first of `paths` that is missing."""
+    for path in paths:
+        if not os.path.exists(path):
+            sys.exit(f"missing {path} (see this script's docstring)")
+
+
+def build_syncbench(directory):
+    """crates/bench/c/syncbench.c compiled into `directory`; its path."""
+    exe = os.path.join(directory, "syncbench")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", exe,
+                    os.path.join(ROOT, "crates/bench/c/syncbench.c")], check=True)
+    return exe
