@@ -122,24 +122,22 @@ static void mutex_case(int me) {
 
 /* A spinlock around a short critical section: with more threads than
  * vCPUs, a holder is sometimes preempted and every waiter spins in vain. */
-static void spinlock_case(int me) {
+static void spinlock_loop(int me, unsigned inside, unsigned outside) {
     for (long i = share(total_ops, me); i > 0; i--) {
         pthread_spin_lock(&shared_spin);
         counter++;
-        work(SPINLOCK_INSIDE_WORK);
+        work(inside);
         pthread_spin_unlock(&shared_spin);
-        work(SPINLOCK_OUTSIDE_WORK);
+        work(outside);
     }
 }
 
+static void spinlock_case(int me) {
+    spinlock_loop(me, SPINLOCK_INSIDE_WORK, SPINLOCK_OUTSIDE_WORK);
+}
+
 static void spinlock_long_case(int me) {
-    for (long i = share(total_ops, me); i > 0; i--) {
-        pthread_spin_lock(&shared_spin);
-        counter++;
-        work(SPINLOCK_LONG_INSIDE_WORK);
-        pthread_spin_unlock(&shared_spin);
-        work(SPINLOCK_LONG_OUTSIDE_WORK);
-    }
+    spinlock_loop(me, SPINLOCK_LONG_INSIDE_WORK, SPINLOCK_LONG_OUTSIDE_WORK);
 }
 
 static void barrier_case(int me) {

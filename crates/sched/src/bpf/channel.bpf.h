@@ -208,19 +208,6 @@ static bool channel_running(struct task_struct *p, s32 cpu, u64 now)
 	return true;
 }
 
-/* `p` stops running: nothing of its run is left to predict. */
-static void channel_stopping(struct task_struct *p)
-{
-	struct vs_channel *ch;
-	struct vs_channel_slot *s;
-
-	if (!channel_enabled || !(ch = channel_get()) || !(s = slot_of(ch, p)))
-		return;
-	WRITE_ONCE(s->on_cpu, 0);
-	WRITE_ONCE(s->slice_end_ns, 0);
-	WRITE_ONCE(s->switch_off_ns, 0);
-}
-
 /* The slot `l`'s vCPU publishes to: its current task's, while that
  * asked for its run (`curr_channel`). */
 static struct vs_channel_slot *curr_slot(struct vcpu_live *l)
@@ -230,6 +217,20 @@ static struct vs_channel_slot *curr_slot(struct vcpu_live *l)
 	if (!l->curr_channel || !channel_enabled || !(ch = channel_get()))
 		return NULL;
 	return slot_of_pid(ch, l->curr_pid);
+}
+
+/* `l`'s current task stops running: nothing of its run is left to
+ * predict, and the vCPU publishes to no one until the next asks. */
+static void channel_stopping(struct vcpu_live *l)
+{
+	struct vs_channel_slot *s = curr_slot(l);
+
+	l->curr_channel = 0;
+	if (!s)
+		return;
+	WRITE_ONCE(s->on_cpu, 0);
+	WRITE_ONCE(s->slice_end_ns, 0);
+	WRITE_ONCE(s->switch_off_ns, 0);
 }
 
 /*

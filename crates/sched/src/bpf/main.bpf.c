@@ -294,10 +294,8 @@ void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 	l = live_of(scx_bpf_task_cpu(p));
 	if (l && !is_idle_task(p))
 		consolidate_stopping(l, bpf_ktime_get_ns());
-	if (l && l->curr_channel) {
-		l->curr_channel = 0;
-		channel_stopping(p);
-	}
+	if (l)
+		channel_stopping(l);
 	if (!runnable && l)
 		l->curr_pid = 0;
 	tc = ctx_of(p);
