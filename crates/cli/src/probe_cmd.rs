@@ -73,7 +73,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
 
-    /// Light-phase (SCHED_IDLE) window per sample [default: 200ms, 100ms under --watch]
+    /// Light-phase (SCHED_IDLE) window per sample [default: 200ms; under --watch 100ms, or half the interval if that is shorter]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<Duration>,
 

@@ -150,17 +150,30 @@ const MAX_HEAVY: Duration = Duration::from_millis(900);
 const MAX_LIGHT: Duration = Duration::from_secs(3600);
 
 impl Windows {
+    /// `--watch`'s windows: they repeat every interval and their cost adds
+    /// up, so they are shorter than a single probe's.
+    pub const WATCH: Windows = Windows {
+        light: Duration::from_millis(100),
+        heavy: Duration::from_millis(10),
+    };
+
     /// The windows asked for, or the defaults: 200 ms light and 100 ms
-    /// heavy for one probe; 100 ms and 10 ms under `--watch` (given its
-    /// `interval`), where they repeat and their cost adds up.
+    /// heavy for one probe; [`Windows::WATCH`] under `--watch` (given its
+    /// `interval`), with the light window cut to half an interval shorter
+    /// than 200 ms, so that any interval works without `--duration`.
     pub fn choose(
         light: Option<Duration>,
         heavy: Option<Duration>,
         watch_interval: Option<Duration>,
     ) -> Result<Windows, PlanError> {
-        let watching = watch_interval.is_some();
-        let light = light.unwrap_or(Duration::from_millis(if watching { 100 } else { 200 }));
-        let heavy = heavy.unwrap_or(Duration::from_millis(if watching { 10 } else { 100 }));
+        let light = light.unwrap_or(match watch_interval {
+            Some(interval) => Windows::WATCH.light.min(interval / 2),
+            None => Duration::from_millis(200),
+        });
+        let heavy = heavy.unwrap_or(match watch_interval {
+            Some(_) => Windows::WATCH.heavy,
+            None => Duration::from_millis(100),
+        });
         if heavy > MAX_HEAVY {
             return Err(PlanError::HeavyTooLong);
         }
@@ -447,6 +460,14 @@ mod tests {
             Windows::choose(Some(Duration::from_secs(3601)), None, None),
             Err(PlanError::LightTooLong)
         ));
+        // Only a light window asked for is refused; the default fits.
+        assert_eq!(
+            Windows::choose(None, None, Some(ms(100))).unwrap(),
+            Windows {
+                light: ms(50),
+                heavy: ms(10)
+            }
+        );
         let e = Windows::choose(Some(ms(200)), None, Some(ms(100))).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -42,11 +42,37 @@ impl Default for VtopConfig {
 /// Transfers per timed batch (latency = batch time / BATCH).
 const BATCH: u64 = 32;
 
+/// Spins between two readings of the clock while waiting for the partner:
+/// a clock read costs a vDSO call, the spin a PAUSE, so the wait stays a
+/// tight loop and still notices its deadline within microseconds.
+const SPINS_PER_CLOCK_CHECK: u32 = 256;
+
+/// How long a responder outlasts its initiator's window (or, before the
+/// initiator has started, its own first window) before it gives up.
+///
+/// The two threads of a pair can end up on one vCPU: a pin refused because
+/// the vCPU just went offline, or the kernel moving a pinned thread off a
+/// vCPU going offline. Both run SCHED_FIFO 1, and FIFO never time-slices
+/// between equals, so a responder that waited only for its initiator's
+/// word spun for ever ahead of an initiator that could not run. That hung
+/// guests: the spinner also never passes through a voluntary switch, which
+/// RCU-tasks grace periods wait for, so even unloading the scheduler
+/// (bpf_struct_ops_map_free) waited behind it. Past its initiator's end a
+/// responder serves nobody; 10 ms covers the initiator's last batch and a
+/// host preemption of a few milliseconds while bounding a spin that starves
+/// its partner to one default window.
+const RESPONDER_GRACE_NS: u64 = 10_000_000;
+
 #[repr(align(128))]
 struct Line(AtomicU64);
 
 #[repr(align(128))]
 struct Flag(AtomicBool);
+
+/// When the initiator's window ends (monotonic ns; 0 until it starts), for
+/// the responder to stop waiting after it.
+#[repr(align(128))]
+struct End(AtomicU64);
 
 /// Result of a full probe.
 #[derive(Debug, Clone)]
@@ -226,76 +252,108 @@ fn run_parallel(pairs: &[(u32, u32)], window_ns: u64, target: u64) -> Vec<PairPr
     let handles: Vec<_> = pairs
         .iter()
         .map(|&(a, b)| {
-            let line = Arc::new(Line(AtomicU64::new(0)));
-            let stop = Arc::new(Flag(AtomicBool::new(false)));
-            let failed = Arc::new(AtomicBool::new(false));
+            let pair = Arc::new(Pair::new());
             let responder = {
-                let (line, stop, failed, barrier) = (
-                    Arc::clone(&line),
-                    Arc::clone(&stop),
-                    Arc::clone(&failed),
-                    Arc::clone(&barrier),
-                );
-                thread::spawn(move || respond(b, &line, &stop, &failed, &barrier))
+                let (pair, barrier) = (Arc::clone(&pair), Arc::clone(&barrier));
+                thread::spawn(move || respond(b, &pair, &barrier, window_ns))
             };
             let barrier = Arc::clone(&barrier);
-            let failed_i = Arc::clone(&failed);
             let initiator = thread::spawn(move || {
-                let r = initiate(a, b, &line, &failed_i, &barrier, window_ns, target);
-                stop.0.store(true, Ordering::Release);
+                let r = initiate(a, b, &pair, &barrier, window_ns, target);
+                pair.stop.0.store(true, Ordering::Release);
                 r
             });
-            (initiator, responder, failed)
+            (initiator, responder)
         })
         .collect();
     handles
         .into_iter()
-        .filter_map(|(i, r, failed)| {
+        .filter_map(|(i, r)| {
             r.join().expect("vtop responder panicked");
-            let probe = i.join().expect("vtop initiator panicked");
-            // A pair whose threads could not be pinned measured nothing.
-            (!failed.load(Ordering::Relaxed)).then_some(probe)
+            // None: a pair whose threads could not be pinned measured nothing.
+            i.join().expect("vtop initiator panicked")
         })
         .collect()
 }
 
-/// Pins and raises the calling thread; on failure marks the pair's result
-/// void (never panics: the partner and the other pairs wait at a barrier).
-fn prepare(cpu: u32, failed: &AtomicBool) {
+/// What the two threads of a pair share.
+struct Pair {
+    line: Line,
+    stop: Flag,
+    end: End,
+    /// Set by a thread whose pin was refused, before the barrier.
+    failed: AtomicBool,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            line: Line(AtomicU64::new(0)),
+            stop: Flag(AtomicBool::new(false)),
+            end: End(AtomicU64::new(0)),
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Pins and raises the calling thread, then waits for every thread of the
+/// round. Returns whether both threads of the pair were pinned; a refused
+/// pin marks the pair void (never panics: the partner and the other pairs
+/// wait at the barrier). A void pair must not spin: its threads may share
+/// a vCPU at SCHED_FIFO (see [`RESPONDER_GRACE_NS`]).
+fn prepare(cpu: u32, pair: &Pair, barrier: &Barrier) -> bool {
     if affinity::pin_current_thread(cpu).is_err() {
-        failed.store(true, Ordering::Relaxed);
+        pair.failed.store(true, Ordering::Relaxed);
     }
     sys::apply_policy(Policy::High);
+    // The barrier orders both threads' `failed` stores before either load.
+    barrier.wait();
+    !pair.failed.load(Ordering::Relaxed)
 }
 
-/// Odd values are the responder's to write.
-fn respond(cpu: u32, line: &Line, stop: &Flag, failed: &AtomicBool, barrier: &Barrier) {
-    prepare(cpu, failed);
-    barrier.wait();
+/// Odd values are the responder's to write. Returns when the initiator
+/// says so, or [`RESPONDER_GRACE_NS`] after the initiator's window.
+fn respond(cpu: u32, pair: &Pair, barrier: &Barrier, window_ns: u64) {
+    if !prepare(cpu, pair, barrier) {
+        return;
+    }
+    let own_end = clock::monotonic_ns() + window_ns;
     let mut expect = 1u64;
-    while !stop.0.load(Ordering::Relaxed) {
-        if line.0.load(Ordering::Acquire) == expect {
-            line.0.store(expect + 1, Ordering::Release);
+    let mut spins = 0u32;
+    while !pair.stop.0.load(Ordering::Relaxed) {
+        if pair.line.0.load(Ordering::Acquire) == expect {
+            pair.line.0.store(expect + 1, Ordering::Release);
             expect += 2;
+            continue;
         }
         std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins % SPINS_PER_CLOCK_CHECK == 0 {
+            let initiator_end = pair.end.0.load(Ordering::Relaxed);
+            if clock::monotonic_ns() > own_end.max(initiator_end) + RESPONDER_GRACE_NS {
+                return;
+            }
+        }
     }
 }
 
-/// Even values are the initiator's; it also keeps time.
+/// Even values are the initiator's; it also keeps time. None: the pair's
+/// threads could not be pinned.
 fn initiate(
     a: u32,
     b: u32,
-    line: &Line,
-    failed: &AtomicBool,
+    pair: &Pair,
     barrier: &Barrier,
     window_ns: u64,
     target: u64,
-) -> PairProbe {
-    prepare(a, failed);
-    barrier.wait();
+) -> Option<PairProbe> {
+    if !prepare(a, pair, barrier) {
+        return None;
+    }
+    let line = &pair.line;
     let start = clock::monotonic_ns();
     let end = start + window_ns;
+    pair.end.0.store(end, Ordering::Relaxed);
     let mut expect = 0u64;
     let mut batch_start = start;
     let mut batch_first = 0u64;
@@ -326,7 +384,7 @@ fn initiate(
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             // Check the clock now and then so that a stacked pair still ends.
-            if spins % 256 == 0 {
+            if spins % SPINS_PER_CLOCK_CHECK == 0 {
                 now = clock::monotonic_ns();
                 if now >= end {
                     break;
@@ -334,7 +392,7 @@ fn initiate(
             }
         }
     }
-    PairProbe {
+    Some(PairProbe {
         a: a.min(b),
         b: a.max(b),
         transfers: line.0.load(Ordering::Acquire),
@@ -342,7 +400,7 @@ fn initiate(
         window_ns: now.saturating_sub(start).max(1),
         latency_ns: best,
         attempts: 1,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -360,6 +418,61 @@ mod tests {
             latency_ns,
             attempts: 0,
         }
+    }
+
+    /// Runs `f` on a thread of its own; whether it returned within 20 s
+    /// (a thread that spins for ever is left behind; the test fails).
+    fn returns_soon(f: impl FnOnce() + Send + 'static) -> bool {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            f();
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_ok()
+    }
+
+    fn first_allowed_cpu() -> u32 {
+        affinity::thread_affinity(0).expect("own affinity")[0]
+    }
+
+    /// The guest hang behind bpf_struct_ops_map_free waiting on RCU tasks:
+    /// a responder whose initiator never ran (both on one vCPU at
+    /// SCHED_FIFO 1) spun for ever. It must give up after the window.
+    #[test]
+    fn a_responder_whose_initiator_never_runs_gives_up() {
+        let cpu = first_allowed_cpu();
+        let alone = Barrier::new(1);
+        let gave_up = returns_soon(move || respond(cpu, &Pair::new(), &alone, 1_000_000));
+        assert!(gave_up, "the responder spun past its window and grace");
+    }
+
+    /// A pair whose pin was refused may share one vCPU, so neither thread
+    /// spins, whatever the window.
+    #[test]
+    fn a_pair_whose_pin_is_refused_does_not_spin() {
+        let cpu = first_allowed_cpu();
+        let hour = 3_600_000_000_000;
+        // No such CPU: the pin is refused.
+        let absent = libc::CPU_SETSIZE as u32 + 1;
+        let pair = Arc::new(Pair::new());
+        let barrier = Arc::new(Barrier::new(2));
+        let (p, b) = (Arc::clone(&pair), Arc::clone(&barrier));
+        let responder = thread::spawn(move || respond(cpu, &p, &b, hour));
+        let (result_tx, result_rx) = std::sync::mpsc::channel();
+        let returned = returns_soon(move || {
+            let _ = result_tx.send(initiate(absent, cpu, &pair, &barrier, hour, u64::MAX));
+        });
+        assert!(returned, "the initiator of a void pair spun");
+        assert!(
+            result_rx.recv().unwrap().is_none(),
+            "a void pair measured something"
+        );
+        assert!(
+            returns_soon(move || responder.join().unwrap()),
+            "the responder of a void pair spun"
+        );
     }
 
     /// vCPUs 0 and 1 stacked, vCPU 2 apart from both.

@@ -24,17 +24,12 @@ pub struct WatchConfig {
 }
 
 impl WatchConfig {
-    /// `--watch`'s defaults for a step every `interval`: 100 ms light and
-    /// 10 ms heavy windows (kept so when the interval is not longer than
-    /// the light window, as `feed_reports` always did), stacked vCPUs
-    /// checked often.
+    /// `--watch`'s windows ([`Windows::WATCH`], whatever the interval) for
+    /// a step every `interval`, stacked vCPUs checked often.
     pub fn new(interval: Duration) -> WatchConfig {
         WatchConfig {
             interval,
-            windows: Windows::choose(None, None, Some(interval)).unwrap_or(Windows {
-                light: Duration::from_millis(100),
-                heavy: Duration::from_millis(10),
-            }),
+            windows: Windows::WATCH,
             recheck_stacked: true,
         }
     }
