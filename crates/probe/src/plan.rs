@@ -160,14 +160,20 @@ impl Windows {
     /// The windows asked for, or the defaults: 200 ms light and 100 ms
     /// heavy for one probe; [`Windows::WATCH`] under `--watch` (given its
     /// `interval`), with the light window cut to half an interval shorter
-    /// than 200 ms, so that any interval works without `--duration`.
+    /// than 200 ms (but at least 1 ms), so that any interval from 2 ms on
+    /// works without `--duration`.
     pub fn choose(
         light: Option<Duration>,
         heavy: Option<Duration>,
         watch_interval: Option<Duration>,
     ) -> Result<Windows, PlanError> {
         let light = light.unwrap_or(match watch_interval {
-            Some(interval) => Windows::WATCH.light.min(interval / 2),
+            // At least 1 ms: shorter windows hold no episode worth the
+            // name, and an interval that leaves less is refused below.
+            Some(interval) => Windows::WATCH
+                .light
+                .min(interval / 2)
+                .max(Duration::from_millis(1)),
             None => Duration::from_millis(200),
         });
         let heavy = heavy.unwrap_or(match watch_interval {
@@ -468,6 +474,10 @@ mod tests {
                 heavy: ms(10)
             }
         );
+        assert!(matches!(
+            Windows::choose(None, None, Some(Duration::from_nanos(1))),
+            Err(PlanError::LightNotShorterThanInterval { .. })
+        ));
         let e = Windows::choose(Some(ms(200)), None, Some(ms(100))).unwrap_err();
         assert_eq!(
             e.to_string(),
