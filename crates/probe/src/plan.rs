@@ -150,6 +150,12 @@ const MAX_HEAVY: Duration = Duration::from_millis(900);
 const MAX_LIGHT: Duration = Duration::from_secs(3600);
 
 impl Windows {
+    /// One probe's windows.
+    pub const SINGLE: Windows = Windows {
+        light: Duration::from_millis(200),
+        heavy: Duration::from_millis(100),
+    };
+
     /// `--watch`'s windows: they repeat every interval and their cost adds
     /// up, so they are shorter than a single probe's.
     pub const WATCH: Windows = Windows {
@@ -157,8 +163,8 @@ impl Windows {
         heavy: Duration::from_millis(10),
     };
 
-    /// The windows asked for, or the defaults: 200 ms light and 100 ms
-    /// heavy for one probe; [`Windows::WATCH`] under `--watch` (given its
+    /// The windows asked for, or the defaults: [`Windows::SINGLE`] for one
+    /// probe; [`Windows::WATCH`] under `--watch` (given its
     /// `interval`), with the light window cut to half an interval shorter
     /// than 200 ms (but at least 1 ms), so that any interval from 2 ms on
     /// works without `--duration`.
@@ -174,11 +180,11 @@ impl Windows {
                 .light
                 .min(interval / 2)
                 .max(Duration::from_millis(1)),
-            None => Duration::from_millis(200),
+            None => Windows::SINGLE.light,
         });
         let heavy = heavy.unwrap_or(match watch_interval {
             Some(_) => Windows::WATCH.heavy,
-            None => Duration::from_millis(100),
+            None => Windows::SINGLE.heavy,
         });
         if heavy > MAX_HEAVY {
             return Err(PlanError::HeavyTooLong);
