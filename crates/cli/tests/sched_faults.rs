@@ -248,7 +248,10 @@ fn stays_loaded_while_a_vcpu_is_stopped_for_seconds() {
 /// bound to each, so that one waits in the vCPU's queue whatever runs
 /// and whatever was moved to run next (with two, 1 of 3 runs had none
 /// waiting), starving after 1 s. A reader
-/// bound to each vCPU is woken from vCPU 0 meanwhile; enqueue_bound
+/// bound to each vCPU is woken from vCPU 0 meanwhile (or, in runs where
+/// the emulator holds the whole guest with the pair, at the thaw: the
+/// SCHED_IDLE work still starves then; wake-during-stop.sh says which it
+/// saw); enqueue_bound
 /// queues it rather than run it over the starving work, and the one on
 /// the vCPU RWC hides sat in that vCPU's normal queue, which a hidden vCPU
 /// never took from and no other vCPU could: it ran only once vsched was
@@ -269,22 +272,30 @@ fn a_task_woken_for_the_hidden_vcpu_during_a_long_steal_runs_after_it() {
     // model a second, one taken after the thaw may show the pair
     // unstacked and let the other vCPU take the reader: 1 of 2 runs of
     // the unfixed scheduler passed so).
-    let cmd = "read t0 _ < /proc/uptime; \
+    let cmd = format!(
+        "read t0 _ < /proc/uptime; \
          vsched sched -q --probe-interval 60s --stats-json /tmp/m.json --ready-file /tmp/m.ready 2>/tmp/m.err & s=$!; \
          for i in $(seq 300); do [ -s /tmp/m.ready ] && break; sleep 0.1; done; \
          taskset -p -c 0 $$ >/dev/null; read t _ < /proc/uptime; echo \"@ready $t0 $t\"; \
          for c in 1 2; do taskset -c $c schedbench idle 3 90 & done; \
          for c in 1 2; do mkfifo /tmp/f$c; taskset -c $c sh -c \"read x < /tmp/f$c; read u _ < /proc/uptime; \
            echo @woke$c \\$u; while :; do :; done\" & done; \
-         taskset -c 0 sh /bin/wake-during-stop.sh $t0; sleep 10; echo \"@state $(cat /sys/kernel/sched_ext/state)\"; \
-         kill $s; wait $s; echo summary; cat /tmp/m.json";
+         taskset -c 0 sh /bin/wake-during-stop.sh $t0 {STOP_AT_S}; sleep 10; echo \"@state $(cat /sys/kernel/sched_ext/state)\"; \
+         kill $s; wait $s; echo summary; cat /tmp/m.json"
+    );
+    let layout_text = std::fs::read_to_string(common::lab::layout("sched/stacked-pair-frozen"))
+        .expect("the layout");
+    assert!(
+        layout_text.contains(&format!("at_s = {STOP_AT_S}\n")),
+        "STOP_AT_S is the layout's stop"
+    );
     let watcher =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/wake-during-stop.sh");
     let guest = layout_with(
         "sched/stacked-pair-frozen",
         &[bench_program("schedbench"), watcher],
     );
-    let out = run_in_guest(&guest, &[cmd]);
+    let out = run_in_guest(&guest, &[&cmd]);
     let (_, text) = &out[0];
     let times = |prefix: &str| -> Vec<f64> {
         let line = lines_with(text, prefix)
@@ -303,6 +314,10 @@ fn a_task_woken_for_the_hidden_vcpu_during_a_long_steal_runs_after_it() {
         ready[1] - ready[0]
     );
     assert!(!text.contains("@no stop seen"), "the vCPUs stopped: {text}");
+    // How the stop was seen, for a run with --nocapture.
+    for line in lines_with(text, "@seen") {
+        eprintln!("{line}");
+    }
     let write = times("@write ")[0];
     for cpu in [1, 2] {
         let woke = times(&format!("@woke{cpu} "))[0];
@@ -333,8 +348,12 @@ fn a_task_woken_for_the_hidden_vcpu_during_a_long_steal_runs_after_it() {
     );
 }
 
-/// The stop begins 24 s after the commands start; the heartbeats' 2.5 s
-/// lag and a margin for the emulator's pace before it.
+/// When lab/sched/stacked-pair-frozen.toml stops the pair: its phase's
+/// `at_s`, in seconds after the commands start.
+const STOP_AT_S: u32 = 24;
+
+/// The stop begins STOP_AT_S after the commands start; the heartbeats'
+/// 2.5 s lag and a margin for the emulator's pace before it.
 const READY_BEFORE_STOP_S: f64 = 18.0;
 
 /// The wake-up comes 2.5 s or more into the 6 s stop, so the thaw is at
