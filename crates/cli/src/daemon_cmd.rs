@@ -233,12 +233,14 @@ fn start_probers(args: &DaemonArgs) -> Result<mpsc::Receiver<ProbeReport>> {
 /// Hands every report to the daemon and watches its scheduler until
 /// Ctrl-C or SIGTERM.
 fn serve_until_stopped(daemon: &mut Running, reports: &mpsc::Receiver<ProbeReport>) -> Result<()> {
+    let mut stacking = StackingLog::default();
     while !signals::stopped() {
         if let Some(event) = daemon.check_scheduler() {
             print_sched_event(&event);
         }
         match reports.recv_timeout(Duration::from_millis(100)) {
             Ok(report) => {
+                stacking.note(&report);
                 if let Some(c) = daemon.take(report)? {
                     print_change(&c);
                 }
@@ -250,6 +252,40 @@ fn serve_until_stopped(daemon: &mut Running, reports: &mpsc::Receiver<ProbeRepor
         }
     }
     Ok(())
+}
+
+/// Says when the stacked groups the topology checks find change (the
+/// first check included): RWC's hiding follows them two reports later,
+/// and a log that shows both tells a slow check from a slow reaction.
+#[derive(Default)]
+struct StackingLog {
+    last: Option<Vec<Vec<u32>>>,
+}
+
+impl StackingLog {
+    fn note(&mut self, report: &ProbeReport) {
+        let Some(topology) = &report.topology else {
+            return;
+        };
+        let groups = report.stacked_groups();
+        if self.last.as_ref() == Some(&groups) {
+            return;
+        }
+        let found = if groups.is_empty() {
+            "no vCPUs stacked".to_string()
+        } else {
+            let lists: Vec<String> = groups
+                .iter()
+                .map(|g| vsched_model::cpulist::format_cpu_list(g))
+                .collect();
+            format!("stacked vCPUs {}", lists.join(" "))
+        };
+        eprintln!(
+            "vsched daemon: topology: {found} (report {}, {} check in {:.0} ms)",
+            report.sequence, topology.mode, report.timing.topology_ms
+        );
+        self.last = Some(groups);
+    }
 }
 
 /// What the kernel did to the daemon's scheduler.

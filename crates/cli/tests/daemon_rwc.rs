@@ -272,20 +272,25 @@ fn a_recovered_straggler_is_given_back_to_a_populated_cgroup() {
 /// then apart). A CPU-bound loop in the cgroup keeps the kept vCPU busy,
 /// as a program would: its light window is then blind and signals no
 /// shift when the pair is placed apart (idle, it would, and a check
-/// would follow within 2 s whatever the rhythm).
+/// would follow within 2 s whatever the rhythm). The daemon's log lines
+/// are stamped with seconds since T0, to show when the check saw the pair
+/// apart and when RWC gave it back.
 const SCRIPT_UNSTACKS: &str = r#"
 G=/sys/fs/cgroup/work
 mount -t cgroup2 none /sys/fs/cgroup && mkdir $G
 T0=$(cut -d' ' -f1 /proc/uptime)
 since() { awk -v t0=$T0 '{printf "%.2f", $1 - t0}' /proc/uptime; }
 sh -c "echo \$\$ > $G/cgroup.procs && exec sh -c 'while :; do :; done'" & W=$!
-vsched daemon --rwc-cgroup work 2>/tmp/d.log & D=$!
+mkfifo /tmp/d.fifo
+while IFS= read -r l; do echo "$(since) $l"; done </tmp/d.fifo >/tmp/d.log & S=$!
+vsched daemon --rwc-cgroup work 2>/tmp/d.fifo & D=$!
 for i in $(seq 88); do [ "$(cat $G/cpuset.cpus 2>/dev/null)" = "0" ] && break; sleep 0.25; done
 echo "@hidden cpus=[$(cat $G/cpuset.cpus)] at=$(since)"
 for i in $(seq 120); do [ "$(cat $G/cpuset.cpus)" = "0-1" ] && break; sleep 0.25; done
 echo "@given_back cpus=[$(cat $G/cpuset.cpus)] at=$(since)"
 kill -TERM $D; wait $D
 kill $W
+wait $S
 cat /tmp/d.log
 "#;
 
@@ -322,7 +327,9 @@ fn a_stacked_pair_placed_apart_is_given_back_within_seconds() {
     // The script's T0 is taken a few milliseconds after the phase clock
     // starts (after mount and mkdir). A check within 2 s, a full probe
     // when the pair disagrees, and the daemon's two reports in a row took
-    // 1.7-3.7 s here. With the 10 s rhythm the delay depends on where the
+    // 1.7-1.9 s here, on a host loaded by `stress-ng --cpu 4` too; while a
+    // light window on the busy vCPU stretched each step to 1-3 s
+    // (crates/probe/src/hurry.rs), 2.2-2.9 s, and 7.3 s on a slower host. With the 10 s rhythm the delay depends on where the
     // daemon's checks fall, 10 s apart from its first step (1.5-2.5 s in):
     // 7.17 s after a change at 24 s, 10.65 s after one at 14 s; a daemon
     // whose first step took 4 s or more would have passed with it. 6 s

@@ -279,3 +279,42 @@ fn plot_draws_every_vcpu_and_pair() {
         "does not exist",
     );
 }
+
+/// Regression: a light window's SCHED_IDLE prober on a vCPU that a
+/// CPU-bound task keeps busy gets a turn about every 1.4 s, and the
+/// round waited for it, so `--watch` steps of 100 ms windows took up to
+/// 3.2 s and a daemon asked for a report a second got one every 1-3 s
+/// (it gave a stacked vCPU back 7.3 s after the host placed it apart).
+/// Now a prober still in its window 10 ms after it ended is raised and
+/// returns at once (crates/probe/src/hurry.rs). In a guest of two free
+/// vCPUs, with a CPU-bound loop pinned to vCPU 0, every step must end
+/// within its 1 s interval.
+#[test]
+fn a_busy_vcpu_does_not_stretch_the_watch_rhythm() {
+    let _guard = common::serial();
+    const STEPS: usize = 15;
+    let script = format!(
+        "taskset -c 0 sh -c 'while :; do :; done' & L=$!\n\
+         vsched probe --watch --json --count {STEPS} > /tmp/w.json\n\
+         kill $L\n\
+         cat /tmp/w.json"
+    );
+    let out = common::lab::run_in_guest("layouts/two-free", &[&script]);
+    let (code, out) = &out[0];
+    assert_eq!(*code, Some(0), "{out}");
+    let reports: Vec<Value> = out
+        .lines()
+        .filter(|l| l.starts_with("{\"schema\""))
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON report"))
+        .collect();
+    assert_eq!(reports.len(), STEPS, "{out}");
+    let step_ms: Vec<f64> = reports
+        .iter()
+        .map(|r| r["timing"]["total_ms"].as_f64().unwrap())
+        .collect();
+    println!("step durations (ms): {step_ms:.0?}");
+    assert!(
+        step_ms.iter().all(|&ms| ms < 1000.0),
+        "a step outlasted the 1 s interval: {step_ms:.0?}"
+    );
+}

@@ -280,19 +280,7 @@ pub fn score(t: &Truth, r: &ProbeReport, emulated: bool) -> Vec<Item> {
 
 /// The stacked groups measured against the layout's.
 fn stacking_item(t: &Truth, r: &ProbeReport) -> Item {
-    let mut measured_groups: Vec<Vec<u32>> = r
-        .vcpus
-        .iter()
-        .filter(|v| !v.stacked_with.is_empty())
-        .map(|v| {
-            let mut g = v.stacked_with.clone();
-            g.push(v.cpu);
-            g.sort_unstable();
-            g
-        })
-        .collect();
-    measured_groups.sort();
-    measured_groups.dedup();
+    let measured_groups = r.stacked_groups();
     let mut expected_groups = t.stacked_groups.clone();
     expected_groups.sort();
     let fmt_groups = |g: &[Vec<u32>]| {

@@ -29,6 +29,28 @@ pub struct ProbeReport {
     pub overhead: Option<Overhead>,
 }
 
+impl ProbeReport {
+    /// The groups of vCPUs this report found stacked on one host CPU,
+    /// each sorted, in order (empty when none are, or the topology was
+    /// not probed).
+    pub fn stacked_groups(&self) -> Vec<Vec<u32>> {
+        let mut groups: Vec<Vec<u32>> = self
+            .vcpus
+            .iter()
+            .filter(|v| !v.stacked_with.is_empty())
+            .map(|v| {
+                let mut g = v.stacked_with.clone();
+                g.push(v.cpu);
+                g.sort_unstable();
+                g
+            })
+            .collect();
+        groups.sort();
+        groups.dedup();
+        groups
+    }
+}
+
 /// CPU spent by probing, as a share of one vCPU's time since probing began.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Overhead {

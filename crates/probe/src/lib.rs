@@ -8,6 +8,7 @@
 //! the calling thread and gives it its vCPUs back), so there is nothing to
 //! restore when the process exits, however it exits.
 
+pub mod hurry;
 pub mod plan;
 pub mod session;
 pub mod sys;

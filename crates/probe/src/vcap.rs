@@ -6,9 +6,10 @@
 //! only idle cycles; the hypervisor's share). Heavy runs first because an
 //! unprivileged thread may lower its priority but not raise it again.
 
+use crate::hurry::{self, LightWindow};
 use crate::sys::{self, Policy, SchedStat};
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 use vsched_model::stats::upper_median;
@@ -59,9 +60,11 @@ struct ProberResult {
 
 /// Samples every CPU in `cpus` at once. `progress`, if any, is called from
 /// the calling thread with the elapsed fraction while the probers run.
-/// Without it the calling thread just blocks: a thread that wakes up now and
-/// then would itself pre-empt the light-phase probers, and if the hypervisor
-/// switched the vCPU off meanwhile, that time would read as guest work.
+/// Without it the calling thread sleeps until the light windows should be
+/// over: a thread that wakes up now and then would itself pre-empt the
+/// light-phase probers, and if the hypervisor switched the vCPU off
+/// meanwhile, that time would read as guest work. Then it raises the
+/// probers still in their windows (crate::hurry).
 pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) -> SampleRound {
     let mut round = SampleRound::default();
     // Pin-check first so a refused CPU cannot leave the others waiting at a barrier.
@@ -79,23 +82,40 @@ pub fn sample(cpus: &[u32], cfg: &SampleConfig, progress: Option<&dyn Fn(f64)>) 
         })
         .collect();
     let barrier = Arc::new(Barrier::new(usable.len()));
+    let windows: Arc<[LightWindow]> = usable.iter().map(|_| LightWindow::default()).collect();
+    let (light_began_tx, light_began) = mpsc::channel();
     let start = clock::monotonic_ns();
     let handles: Vec<_> = usable
         .iter()
-        .map(|&cpu| {
+        .enumerate()
+        .map(|(i, &cpu)| {
             let barrier = Arc::clone(&barrier);
+            let windows = Arc::clone(&windows);
+            let light_began = light_began_tx.clone();
             let cfg = *cfg;
             thread::Builder::new()
                 .name(format!("vcap-{cpu}"))
-                .spawn(move || prober(cpu, &cfg, &barrier))
+                .spawn(move || prober(cpu, &cfg, &barrier, &windows[i], &light_began))
                 .expect("spawning a prober thread")
         })
         .collect();
+    drop(light_began_tx);
     let total = (cfg.light_ns + cfg.heavy_ns).max(1);
     if let Some(progress) = progress {
         while !handles.iter().all(|h| h.is_finished()) {
             progress(((clock::monotonic_ns() - start) as f64 / total as f64).min(1.0));
+            hurry::hurry_due(&windows, clock::monotonic_ns(), cfg.light_ns);
             thread::sleep(Duration::from_millis(100));
+        }
+    } else if cfg.light_ns > 0 {
+        // Asleep until the light windows have begun and should be over,
+        // then only to raise the probers still in theirs (crate::hurry).
+        if let Ok(began) = light_began.recv() {
+            let mut next = Some(began + cfg.light_ns + hurry::GRACE_NS);
+            while let Some(t) = next {
+                clock::sleep_until_monotonic_ns(t);
+                next = hurry::hurry_due(&windows, clock::monotonic_ns(), cfg.light_ns);
+            }
         }
     }
     for (h, &cpu) in handles.into_iter().zip(&usable) {
@@ -137,7 +157,17 @@ fn can_pin(cpu: u32) -> std::io::Result<()> {
     })
 }
 
-fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
+/// One vCPU's prober: its heavy window, then its light one (`light`
+/// tells the coordinator how that goes; the first prober past the light
+/// barrier sends on `light_began` when the light windows begin).
+fn prober(
+    cpu: u32,
+    cfg: &SampleConfig,
+    barrier: &Barrier,
+    light: &LightWindow,
+    light_began: &mpsc::Sender<u64>,
+) -> ProberResult {
+    light.started();
     // Every prober must reach every barrier, even one that cannot measure
     // (its CPU left our cpuset since the check), or the others wait forever.
     let pinned = affinity::pin_current_thread(cpu).is_ok();
@@ -154,21 +184,45 @@ fn prober(cpu: u32, cfg: &SampleConfig, barrier: &Barrier) -> ProberResult {
         barrier.wait();
         if pinned {
             let c0 = clock::thread_cpu_ns();
-            r.heavy = Some(window(cpu, Phase::Heavy, cfg.heavy_ns, cfg.detect_ns));
+            let kit = WindowKit::new(cpu, cfg.heavy_ns, cfg.detect_ns);
+            r.heavy = Some(window(
+                cpu,
+                Phase::Heavy,
+                cfg.heavy_ns,
+                cfg.detect_ns,
+                kit,
+                None,
+                || {},
+            ));
             r.heavy_cpu_ns = clock::thread_cpu_ns() - c0;
         }
     }
     if cfg.light_ns > 0 {
         // Meet the others first: at SCHED_IDLE on a busy vCPU this thread
         // might reach the barrier late and hold everyone back.
-        barrier.wait();
-        r.light_policy = sys::apply_policy(Policy::Idle);
+        if barrier.wait().is_leader() {
+            // Cannot fail: the coordinator keeps the receiver until every
+            // prober is joined (and with progress to show, never reads it).
+            let _ = light_began.send(clock::monotonic_ns());
+        }
         if pinned {
+            let kit = WindowKit::new(cpu, cfg.light_ns, cfg.detect_ns);
             let c0 = clock::thread_cpu_ns();
-            r.light = Some(window(cpu, Phase::Light, cfg.light_ns, cfg.detect_ns));
+            r.light = Some(window(
+                cpu,
+                Phase::Light,
+                cfg.light_ns,
+                cfg.detect_ns,
+                kit,
+                Some(light),
+                || r.light_policy = sys::apply_policy(Policy::Idle),
+            ));
             r.light_cpu_ns = clock::thread_cpu_ns() - c0;
+        } else {
+            r.light_policy = sys::apply_policy(Policy::Idle);
         }
     }
+    light.finished();
     r
 }
 
@@ -271,17 +325,60 @@ fn split_gap(
     unreachable!("the loop returns by its last try")
 }
 
-/// Spins for `window_ns`, recording every gap in the calling thread's timeline.
-fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
-    // Without schedstat, guest pre-emption cannot be told from the
-    // hypervisor's; `sample` warns when that happens.
-    let mut sched = SchedStat::open_current_thread().ok();
+/// What a window needs before it begins: made at the prober's own
+/// priority, before a light window's drop to SCHED_IDLE. At SCHED_IDLE
+/// on a busy vCPU these milliseconds of set-up (clock reads are slow
+/// under TCG) would be charged 340 times over (crate::hurry) before the
+/// window began.
+struct WindowKit {
+    sched: Option<SchedStat>,
+    gaps: Vec<Gap>,
+    chunk_rates: Vec<f64>,
+    batch: u64,
+    split_limit: u64,
+}
+
+impl WindowKit {
+    fn new(cpu: u32, window_ns: u64, detect_ns: u64) -> WindowKit {
+        // Without schedstat, guest pre-emption cannot be told from the
+        // hypervisor's; `sample` warns when that happens.
+        let mut sched = SchedStat::open_current_thread().ok();
+        let split_limit = split_cost_ns(&mut sched).saturating_mul(4).max(detect_ns);
+        WindowKit {
+            sched,
+            // Allocated before the window so that nothing inside it allocates.
+            gaps: Vec::with_capacity((window_ns / 20_000).clamp(1024, 1 << 20) as usize),
+            chunk_rates: Vec::with_capacity((window_ns / SPEED_CHUNK_NS + 1) as usize),
+            batch: units_per_batch(cpu, detect_ns),
+            split_limit,
+        }
+    }
+}
+
+/// Spins for `window_ns`, recording every gap in the calling thread's
+/// timeline; tells `watched`, if any, when the window ends. `enter` runs
+/// once the window has begun (a light window's drop to SCHED_IDLE): if
+/// the thread then waits before it first runs, that wait is the window's
+/// first gap, read like any other (by run delay: guest work), instead of
+/// a late start that only moves the window.
+fn window(
+    cpu: u32,
+    phase: Phase,
+    window_ns: u64,
+    detect_ns: u64,
+    kit: WindowKit,
+    watched: Option<&LightWindow>,
+    enter: impl FnOnce(),
+) -> Timeline {
+    let WindowKit {
+        mut sched,
+        mut gaps,
+        mut chunk_rates,
+        batch,
+        split_limit,
+    } = kit;
     let run_delay = |s: &mut Option<SchedStat>| s.as_mut().map_or(0, |s| s.run_delay_ns());
     let steal0 = sys::steal_ns(cpu);
-    // Allocated before the window so that nothing inside it allocates.
-    let mut gaps = Vec::with_capacity((window_ns / 20_000).clamp(1024, 1 << 20) as usize);
-    let batch = units_per_batch(cpu, detect_ns);
-    let split_limit = split_cost_ns(&mut sched).saturating_mul(4).max(detect_ns);
     let mut units = 0u64;
     let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ cpu as u64;
 
@@ -289,11 +386,22 @@ fn window(cpu: u32, phase: Phase, window_ns: u64, detect_ns: u64) -> Timeline {
     let mut last_cpu = clock::thread_cpu_ns();
     let t0 = clock::monotonic_ns();
     let end = t0 + window_ns;
+    if let Some(w) = watched {
+        w.begins(end);
+    }
     let mut last = t0;
     let mut resumed = t0;
+    enter();
+    // What `enter` cost is left out like the gap reads' cost below (its
+    // CPU time would read as hidden steal); only a wait behind guest work
+    // after it (run delay) makes the window's first gap.
+    if run_delay(&mut sched) == last_rd {
+        last_cpu = clock::thread_cpu_ns();
+        last = clock::monotonic_ns();
+        resumed = last;
+    }
     // Uninterrupted stretches: (start time, units at start); rates per stretch.
-    let mut chunk = (t0, 0u64);
-    let mut chunk_rates: Vec<f64> = Vec::with_capacity((window_ns / SPEED_CHUNK_NS + 1) as usize);
+    let mut chunk = (last, 0u64);
     loop {
         for _ in 0..batch {
             state = work_unit(state);
