@@ -211,6 +211,66 @@ fn the_daemon_reloads_its_scheduler_after_a_vcpu_goes_offline() {
 /// sched.md, the verifier), and a busy suite's guests are slower.
 const DAEMON_LOAD_WAIT_TENTHS: u32 = 600;
 
+/// Regression: a vCPU offline when the scheduler loads (a VM resized down
+/// before vsched started, or an instance loaded again after a vCPU left).
+/// A task's allowed CPUs keep offline ones, and the scheduler took every
+/// vCPU it was not told to hide as visible: a waking task could be queued
+/// for the offline vCPU, which never dispatches, while the online one kept
+/// renewing its running task's slice, since nothing waited in its own
+/// queue. `SHARERS` CPU-bound tasks on the one online vCPU of a 2-vCPU
+/// guest, all counting until the same moment, must share it.
+#[test]
+fn no_task_waits_for_a_vcpu_offline_when_the_scheduler_loaded() {
+    let _guard = common::serial();
+    let workers: Vec<String> = (0..SHARERS)
+        .map(|i| {
+            format!(
+                "sh -c 'n=0; while read u _ < /proc/uptime; [ ${{u%.*}} -lt $end ]; do n=$((n+1)); done; echo \"task{i} counted $n\"' & P=\"$P $!\";"
+            )
+        })
+        .collect();
+    let cmd = format!(
+        "echo 0 > /sys/devices/system/cpu/cpu1/online && echo @offline; \
+         vsched sched -q 2>/tmp/s.log & S=$!; {enabled}; \
+         read u _ < /proc/uptime; export end=$(( ${{u%.*}} + {SHARE_S} )); \
+         {workers} wait $P; \
+         echo \"@state $(cat /sys/kernel/sched_ext/state)\"; kill -INT $S; wait $S; echo \"@loader exit $?\"; cat /tmp/s.log",
+        enabled = wait_state("enabled"),
+        workers = workers.join(" "),
+    );
+    let out = run_in_guest("sched/two-free", &[&cmd]);
+    let (_, text) = &out[0];
+    assert!(text.contains("@offline"), "vCPU 1 went offline: {text}");
+    let counts: Vec<u64> = (0..SHARERS)
+        .map(|i| {
+            let prefix = format!("task{i} counted ");
+            lines_with(text, &prefix)
+                .first()
+                .and_then(|l| l[prefix.len()..].trim().parse().ok())
+                .unwrap_or_else(|| panic!("no count of task {i}: {text}"))
+        })
+        .collect();
+    println!("the tasks counted {counts:?}");
+    assert!(text.contains("@state enabled"), "still loaded: {text}");
+    assert!(text.contains("@loader exit 0"), "{text}");
+    // Sharing one vCPU, each gets about its share; a task queued for the
+    // offline vCPU ran only once the others had stopped, and counted
+    // nothing.
+    let (least, most) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    assert!(
+        least * 4 >= *most,
+        "every task ran on the online vCPU (counts {counts:?}): {text}"
+    );
+}
+
+/// Tasks sharing the online vCPU.
+const SHARERS: usize = 4;
+
+/// How long the tasks share the online vCPU: many slices (3 ms each),
+/// short beside sched_ext's 30 s watchdog, which a task queued for the
+/// offline vCPU would otherwise also trip.
+const SHARE_S: u32 = 8;
+
 /// lab/sched/frozen-vcpu.toml stops vCPU 1's host thread for 8 s, 14 s
 /// into the run. Four CPU-bound tasks run through it and finish, a task
 /// pinned to vCPU 1 sees the gap (the freeze happened), and the scheduler

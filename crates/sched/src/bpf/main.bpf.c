@@ -464,6 +464,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(vsched_init)
 	s32 cpu;
 
 	loaded_at_ns = bpf_ktime_get_ns();
+	record_online();
 	err = scx_bpf_create_dsq(VS_DSQ_NORMAL, -1);
 	if (err)
 		return err;

@@ -203,11 +203,50 @@ static bool is_parked(s32 cpu)
 	return l && l->parked;
 }
 
-/* Whether normal tasks may be placed on `cpu`: RWC leaves it usable and
- * consolidation has not parked it. */
+/*
+ * The vCPUs online when this instance was loaded (vsched_init). The kernel
+ * ejects a scheduler without hotplug callbacks at every vCPU going offline
+ * or coming online, and the loader loads it again, so the set holds for
+ * the instance's life. A task's allowed CPUs include offline ones (the
+ * kernel keeps affinity across hotplug): without this, a waking task
+ * could be queued for an offline vCPU, which never dispatches, while the
+ * online ones kept their own tasks running.
+ */
+static u64 online_at_load;
+_Static_assert(VS_MAX_CPUS <= 64, "online_at_load has one bit per vCPU");
+
+/* Records which vCPUs are online now (vsched_init). */
+static void record_online(void)
+{
+	const struct cpumask *online = scx_bpf_get_online_cpumask();
+	u64 mask = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= VS_MAX_CPUS)
+			break;
+		if (bpf_cpumask_test_cpu(cpu, online))
+			mask |= 1ULL << cpu;
+	}
+	scx_bpf_put_cpumask(online);
+	online_at_load = mask;
+}
+
+/* A bit test rather than an array: 6.16's verifier lost the bounds of an
+ * index checked the same way ("math between map_value pointer and
+ * register with unbounded min value"). */
+static bool is_online(s32 cpu)
+{
+	u32 i = cpu;
+
+	return i < VS_MAX_CPUS && (online_at_load >> i) & 1;
+}
+
+/* Whether normal tasks may be placed on `cpu`: it is online, RWC leaves
+ * it usable and consolidation has not parked it. */
 static bool visible(s32 cpu)
 {
-	return !is_parked(cpu) && rwc_usable(cpu);
+	return is_online(cpu) && !is_parked(cpu) && rwc_usable(cpu);
 }
 
 static u32 score(s32 cpu)
