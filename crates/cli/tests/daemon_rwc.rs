@@ -327,13 +327,15 @@ fn a_stacked_pair_placed_apart_is_given_back_within_seconds() {
     // The script's T0 is taken a few milliseconds after the phase clock
     // starts (after mount and mkdir). A check within 2 s, a full probe
     // when the pair disagrees, and the daemon's two reports in a row took
-    // 1.7-1.9 s here, on a host loaded by `stress-ng --cpu 4` too; while a
-    // light window on the busy vCPU stretched each step to 1-3 s
-    // (crates/probe/src/hurry.rs), 2.2-2.9 s, and 7.3 s on a slower host. With the 10 s rhythm the delay depends on where the
-    // daemon's checks fall, 10 s apart from its first step (1.5-2.5 s in):
-    // 7.17 s after a change at 24 s, 10.65 s after one at 14 s; a daemon
-    // whose first step took 4 s or more would have passed with it. 6 s
-    // leaves both sides about 1 s or more.
+    // 1.7-1.9 s here, on a host loaded by `stress-ng --cpu 4` as well.
+    // Two slower cases bracket the bound. First, while the light window
+    // on the busy vCPU stretched each daemon step to 1-3 s
+    // (crates/probe/src/hurry.rs), it took 2.2-2.9 s here and 7.3 s on a
+    // slower host. Second, with a 10 s topology rhythm the delay depends
+    // on where the daemon's checks fall, 10 s apart from its first step
+    // (1.5-2.5 s in): 7.17 s after a change at 24 s, 10.65 s after one at
+    // 14 s; a daemon whose first step took 4 s or more would have passed
+    // with it. 6 s leaves both sides about 1 s or more.
     let back_after_s = back["at"].parse::<f64>().unwrap() - UNSTACKED_AT_S;
     assert!(
         back_after_s <= 6.0,

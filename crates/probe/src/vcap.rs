@@ -206,8 +206,8 @@ fn prober(
             let _ = light_began.send(clock::monotonic_ns());
         }
         if pinned {
-            let kit = WindowKit::new(cpu, cfg.light_ns, cfg.detect_ns);
             let c0 = clock::thread_cpu_ns();
+            let kit = WindowKit::new(cpu, cfg.light_ns, cfg.detect_ns);
             r.light = Some(window(
                 cpu,
                 Phase::Light,
@@ -215,10 +215,16 @@ fn prober(
                 cfg.detect_ns,
                 kit,
                 Some(light),
-                || r.light_policy = sys::apply_policy(Policy::Idle),
+                || {
+                    r.light_policy = sys::apply_policy(Policy::Idle);
+                    light.entered();
+                },
             ));
             r.light_cpu_ns = clock::thread_cpu_ns() - c0;
         } else {
+            // Nothing to measure: finished before the drop, so that the
+            // coordinator does not wait for it.
+            light.finished();
             r.light_policy = sys::apply_policy(Policy::Idle);
         }
     }
