@@ -185,15 +185,7 @@ fn prober(
         if pinned {
             let c0 = clock::thread_cpu_ns();
             let kit = WindowKit::new(cpu, cfg.heavy_ns, cfg.detect_ns);
-            r.heavy = Some(window(
-                cpu,
-                Phase::Heavy,
-                cfg.heavy_ns,
-                cfg.detect_ns,
-                kit,
-                None,
-                || {},
-            ));
+            r.heavy = Some(window(kit, Phase::Heavy, None, || {}));
             r.heavy_cpu_ns = clock::thread_cpu_ns() - c0;
         }
     }
@@ -208,18 +200,10 @@ fn prober(
         if pinned {
             let c0 = clock::thread_cpu_ns();
             let kit = WindowKit::new(cpu, cfg.light_ns, cfg.detect_ns);
-            r.light = Some(window(
-                cpu,
-                Phase::Light,
-                cfg.light_ns,
-                cfg.detect_ns,
-                kit,
-                Some(light),
-                || {
-                    r.light_policy = sys::apply_policy(Policy::Idle);
-                    light.entered();
-                },
-            ));
+            r.light = Some(window(kit, Phase::Light, Some(light), || {
+                r.light_policy = sys::apply_policy(Policy::Idle);
+                light.entered();
+            }));
             r.light_cpu_ns = clock::thread_cpu_ns() - c0;
         } else {
             // Nothing to measure: finished before the drop, so that the
@@ -337,6 +321,9 @@ fn split_gap(
 /// under TCG) would be charged 340 times over (crate::hurry) before the
 /// window began.
 struct WindowKit {
+    cpu: u32,
+    window_ns: u64,
+    detect_ns: u64,
     sched: Option<SchedStat>,
     gaps: Vec<Gap>,
     chunk_rates: Vec<f64>,
@@ -351,6 +338,9 @@ impl WindowKit {
         let mut sched = SchedStat::open_current_thread().ok();
         let split_limit = split_cost_ns(&mut sched).saturating_mul(4).max(detect_ns);
         WindowKit {
+            cpu,
+            window_ns,
+            detect_ns,
             sched,
             // Allocated before the window so that nothing inside it allocates.
             gaps: Vec::with_capacity((window_ns / 20_000).clamp(1024, 1 << 20) as usize),
@@ -361,22 +351,22 @@ impl WindowKit {
     }
 }
 
-/// Spins for `window_ns`, recording every gap in the calling thread's
-/// timeline; tells `watched`, if any, when the window ends. `enter` runs
+/// Spins for the kit's `window_ns`, recording every gap in the calling
+/// thread's timeline; tells `watched`, if any, when the window ends. `enter` runs
 /// once the window has begun (a light window's drop to SCHED_IDLE): if
 /// the thread then waits before it first runs, that wait is the window's
 /// first gap, read like any other (by run delay: guest work), instead of
 /// a late start that only moves the window.
 fn window(
-    cpu: u32,
-    phase: Phase,
-    window_ns: u64,
-    detect_ns: u64,
     kit: WindowKit,
+    phase: Phase,
     watched: Option<&LightWindow>,
     enter: impl FnOnce(),
 ) -> Timeline {
     let WindowKit {
+        cpu,
+        window_ns,
+        detect_ns,
         mut sched,
         mut gaps,
         mut chunk_rates,
