@@ -120,6 +120,14 @@ pub struct DetectArgs {
     #[arg(long)]
     no_trap_stops: bool,
 
+    /// Do not hand spinners to vsched's scheduler while it runs (`vsched
+    /// sched`): by default a spinner is marked in the scheduler's channel,
+    /// which passes over it until another task of its vCPU ran (no ptrace
+    /// stop, no change of its policy); without that scheduler, or with this
+    /// flag, spinners are stopped or demoted here
+    #[arg(long)]
+    no_channel: bool,
+
     /// How often the words polled by stopped threads are checked
     #[arg(long, value_name = "DURATION", default_value_t = FlagDuration(config::WATCH_PERIOD), value_parser = duration_flag, allow_hyphen_values = true)]
     watch_period: FlagDuration,
@@ -178,6 +186,7 @@ impl DetectArgs {
             watched_lease_ns: ns(self.watched_lease.0),
             entry_traps: !self.no_entry_traps,
             trap_stops: !self.no_trap_stops,
+            channel: !self.no_channel,
             ..Config::default()
         };
         cfg.validate().context("invalid detector settings")?;
@@ -556,6 +565,12 @@ fn summary_text(s: &Summary) -> String {
                 st.entry_stops_short,
                 st.entry_passes
             );
+            if st.channel_marks + st.channel_marks_pending + st.channel_slot_taken > 0 {
+                out += &format!(
+                    "  scheduler: {} spinners handed to vsched's scheduler ({} vCPUs nudged), {} spinning samples while still marked, {} held here instead (slot taken)\n",
+                    st.channel_marks, st.nudges, st.channel_marks_pending, st.channel_slot_taken
+                );
+            }
             if st.stop_refused {
                 out += "  note: ptrace was refused (permissions, or already traced): spinners were demoted instead of stopped\n";
             }

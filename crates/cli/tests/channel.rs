@@ -215,3 +215,147 @@ fn switch_offs_of_a_capped_vcpu_reach_spinlock_holders_only_through_the_channel(
     let rt = summary_after(text, "@without-rt");
     assert_eq!(runtime_counter(&rt, "holds_observed"), 0, "{rt:#}");
 }
+
+/// The spin zoo's test programs (the `vsched-zoo` executable) beside the
+/// vsched under test, for a guest's extra binaries.
+fn zoo() -> std::path::PathBuf {
+    vsched_zoo::exe::beside(std::path::Path::new(env!("CARGO_BIN_EXE_vsched")))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The one-line JSON on the line after `marker`.
+fn json_line_after(text: &str, marker: &str) -> Value {
+    let line = text
+        .split(marker)
+        .nth(1)
+        .and_then(|rest| rest.lines().nth(1))
+        .unwrap_or_else(|| panic!("{marker}: {text}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}: {text}"))
+}
+
+fn detector_counter(summary: &Value, name: &str) -> u64 {
+    summary[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no detector counter {name}: {summary:#}"))
+}
+
+/// Items the spinning pipeline passes through its 8 stages (4x on 2
+/// vCPUs): about 2 s under `vsched run --spin-detect` in a TCG guest.
+const PIPELINE_ITEMS: u64 = 300;
+
+/// A spinning pipeline at 4x under `vsched run --spin-detect DETECT_FLAGS`
+/// and `vsched sched SCHED_FLAGS`: the program's own line after
+/// `@NAME-out`, the scheduler's statistics after `@NAME-sched`, the
+/// detector's summary after `@NAME-detector`.
+fn spinning_pipeline(name: &str, sched_flags: &str, detect_flags: &str) -> String {
+    format!(
+        "vsched sched -q --no-probe {sched_flags} --stats-json /tmp/{name}-s.json -- \
+         vsched run --spin-detect {detect_flags} --summary-out /tmp/{name}-d.json -- \
+         vsched-zoo pipeline --stages 8 --items {PIPELINE_ITEMS} > /tmp/{name}-out; \
+         echo \"@{name}-status $?\"; echo @{name}-out; cat /tmp/{name}-out; \
+         echo @{name}-sched; cat /tmp/{name}-s.json; echo; \
+         echo @{name}-detector; cat /tmp/{name}-d.json; echo"
+    )
+}
+
+/// Spinner descheduling in the scheduler: with `vsched sched` loaded, the
+/// detector hands every spinner it finds to the scheduler (marks it in the
+/// channel and nudges its vCPU) instead of stopping or demoting it; the
+/// scheduler ends the marked spinner's slice, passes over it for the other
+/// tasks of its queue, and clears the mark when it runs it again. The
+/// pipeline passes all its items. Controls, each of which must show none
+/// of it and the detector holding spinners itself: the detector with
+/// `--no-channel`, and the scheduler with `--no-channel` (nothing pinned:
+/// the detector finds no channel). Then the scheduler unloaded under a
+/// running detector: the detector falls back to its own holds, and the
+/// program goes on to its end.
+#[test]
+fn spinners_found_by_the_detector_are_descheduled_by_the_scheduler_through_the_channel() {
+    let _guard = common::serial();
+    let guest = layout_with("sched/two-free", &[zoo()]);
+    let both = spinning_pipeline("both", "", "");
+    let detector_off = spinning_pipeline("detoff", "", "--no-channel");
+    let sched_off = spinning_pipeline("schedoff", "--no-channel", "");
+    // About 20 s of pipeline; the scheduler unloaded 4 s after it starts.
+    let unload = format!(
+        "vsched sched -q --no-probe & S=$!; {}; \
+         vsched run --spin-detect --summary-out /tmp/mid-d.json -- \
+         vsched-zoo pipeline --stages 8 --items 3000 > /tmp/mid-out & P=$!; \
+         sleep 4; kill -0 $P && echo @running-at-unload; kill $S; wait $S; {}; \
+         wait $P; echo \"@mid-status $?\"; echo @mid-out; cat /tmp/mid-out; \
+         echo @mid-detector; cat /tmp/mid-d.json; echo",
+        common::lab::wait_state("enabled"),
+        common::lab::wait_state("disabled"),
+    );
+    let out = run_in_guest(&guest, &[&both, &detector_off, &sched_off, &unload]);
+
+    let text = &out[0].1;
+    assert!(text.contains("@both-status 0"), "{text}");
+    let program = json_line_after(text, "@both-out");
+    assert_eq!(program["units"], PIPELINE_ITEMS, "{program}");
+    let (sched, detector) = (
+        summary_after(text, "@both-sched"),
+        json_line_after(text, "@both-detector"),
+    );
+    let marks = detector_counter(&detector, "channel_marks");
+    assert!(
+        marks > 0 && detector_counter(&detector, "nudges") > 0,
+        "the detector handed spinners to the scheduler: {detector:#}"
+    );
+    assert_eq!(
+        detector_counter(&detector, "demotions"),
+        0,
+        "and held none itself: {detector:#}"
+    );
+    assert!(
+        sched_counter(&sched, "spinners_kicked") > 0
+            && sched_counter(&sched, "spinners_passed_over") > 0,
+        "the scheduler took marked spinners off their vCPUs and ran other tasks first: {sched:#}"
+    );
+    let served = sched_counter(&sched, "spin_marks_served");
+    assert!(
+        served > 0 && served <= marks,
+        "and cleared marks itself when it ran their threads again ({served} of {marks}): {sched:#}"
+    );
+
+    for name in ["detoff", "schedoff"] {
+        let text = &out[if name == "detoff" { 1 } else { 2 }].1;
+        assert!(text.contains(&format!("@{name}-status 0")), "{text}");
+        let program = json_line_after(text, &format!("@{name}-out"));
+        assert_eq!(program["units"], PIPELINE_ITEMS, "{program}");
+        let (sched, detector) = (
+            summary_after(text, &format!("@{name}-sched")),
+            json_line_after(text, &format!("@{name}-detector")),
+        );
+        assert_eq!(
+            detector_counter(&detector, "channel_marks"),
+            0,
+            "{detector:#}"
+        );
+        assert!(
+            detector_counter(&detector, "demotions") > 0,
+            "{name}: the detector held spinners itself: {detector:#}"
+        );
+        for counter in [
+            "spinners_kicked",
+            "spinners_passed_over",
+            "spin_marks_served",
+        ] {
+            assert_eq!(sched_counter(&sched, counter), 0, "{name}: {sched:#}");
+        }
+    }
+
+    let text = &out[3].1;
+    assert!(
+        text.contains("@running-at-unload") && text.contains("@mid-status 0"),
+        "the program ran on past the unload to its end: {text}"
+    );
+    let program = json_line_after(text, "@mid-out");
+    assert_eq!(program["units"], 3000, "{program}");
+    let detector = json_line_after(text, "@mid-detector");
+    assert!(
+        detector_counter(&detector, "channel_marks") > 0
+            && detector_counter(&detector, "demotions") > 0,
+        "spinners went to the scheduler while it ran, and were held by the detector after: {detector:#}"
+    );
+}

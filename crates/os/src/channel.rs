@@ -1,5 +1,5 @@
 //! The channel between vsched's runtime and its scheduler, as Rust sees
-//! it: where the scheduler pins it and its layout (version 2), mirroring
+//! it: where the scheduler pins it and its layout (version 3), mirroring
 //! crates/sched/src/bpf/intf.h, where it is defined and explained.
 //! A test in crates/sched/src/channel.rs checks this mirror against the
 //! bindings generated from that header, field by field.
@@ -12,7 +12,7 @@ pub const PIN_C: &core::ffi::CStr = c"/sys/fs/bpf/vsched/channel";
 /// "vsch" (intf.h VS_CHANNEL_MAGIC).
 pub const MAGIC: u32 = 0x6863_7376;
 /// The layout this mirror describes (intf.h VS_CHANNEL_VERSION).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Slots, one per thread id modulo this (intf.h VS_CHANNEL_SLOTS).
 pub const SLOTS: usize = 4096;
 
@@ -44,7 +44,10 @@ pub struct Slot {
     pub switch_off_ns: u64,
     /// Written by the thread: it reads the four fields above.
     pub wants_run: u32,
-    pub reserved: [u32; 7],
+    /// Written by the spin detector: it found the thread spinning; cleared
+    /// by the scheduler when it next runs the thread.
+    pub spinning: u32,
+    pub reserved: [u32; 6],
 }
 
 /// intf.h `struct vs_channel`: the map's one value, which is what a
@@ -61,6 +64,77 @@ pub const SIZE: usize = core::mem::size_of::<Channel>();
 /// The slot a thread id uses.
 pub fn slot_of(tid: u32) -> usize {
     tid as usize % SLOTS
+}
+
+/// bpf(2)'s BPF_OBJ_GET: the pinned map's file descriptor.
+const BPF_OBJ_GET: libc::c_long = 7;
+
+/// The part of `union bpf_attr` BPF_OBJ_GET reads (uapi linux/bpf.h).
+#[repr(C)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// Maps the pinned channel read-write, checking its header; None if it is
+/// absent, not a channel of this layout, or its scheduler no longer runs
+/// (a pin a killed loader left). Raw system calls only, and nothing that
+/// is a cancellation point: the preloaded runtime calls this from inside
+/// waits. May change errno (the runtime saves it around the call). The
+/// mapping is the caller's to unmap (`libc::munmap(p, SIZE)`).
+pub fn map_pinned() -> Option<core::ptr::NonNull<Channel>> {
+    let attr = ObjGetAttr {
+        pathname: PIN_C.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    // SAFETY: attr is a valid BPF_OBJ_GET argument of the size passed; the
+    // path it points to is a static C string.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjGetAttr,
+            core::mem::size_of::<ObjGetAttr>(),
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = fd as i32;
+    // SAFETY: a shared mapping of the map's memory (BPF_F_MMAPABLE), no
+    // address given; the result is checked before use.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    // SAFETY: fd is this call's own descriptor; the mapping keeps the map.
+    // The raw system call: glibc's close() is a cancellation point.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let ch = p.cast::<Channel>();
+    // SAFETY: the mapping is SIZE bytes long; `live` is read as the atomic
+    // the scheduler writes it with.
+    let (h, live) = unsafe {
+        let h = &(*ch).header;
+        let live = &*(&h.live as *const u32 as *const core::sync::atomic::AtomicU32);
+        (h, live.load(core::sync::atomic::Ordering::Relaxed))
+    };
+    if h.magic != MAGIC || h.version != VERSION || h.slots as usize != SLOTS || live == 0 {
+        // SAFETY: this call's own mapping.
+        unsafe { libc::munmap(p, SIZE) };
+        return None;
+    }
+    core::ptr::NonNull::new(ch)
 }
 
 #[cfg(test)]

@@ -123,11 +123,18 @@ pub fn set_scheduler(policy: libc::c_int, priority: libc::c_int) -> io::Result<(
     Ok(())
 }
 
-/// Sets the calling thread's nice value. On Linux, PRIO_PROCESS with a
-/// thread id changes that one thread, not the whole process.
+/// Sets the calling thread's nice value.
 pub fn set_nice(nice: libc::c_int) -> io::Result<()> {
+    set_thread_nice(gettid(), nice)
+}
+
+/// Sets thread `tid`'s nice value, and nothing else of its scheduling
+/// (sched_setattr would also fix its slice as a custom one). On Linux,
+/// PRIO_PROCESS with a thread id changes that one thread, not the whole
+/// process.
+pub fn set_thread_nice(tid: i32, nice: libc::c_int) -> io::Result<()> {
     // SAFETY: setpriority only reads its integer arguments.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, nice) } != 0 {
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -114,5 +114,9 @@ mod tests {
             offset_of!(c::vs_channel_slot, wants_run),
             offset_of!(rust::Slot, wants_run)
         );
+        assert_eq!(
+            offset_of!(c::vs_channel_slot, spinning),
+            offset_of!(rust::Slot, spinning)
+        );
     }
 }

@@ -207,5 +207,17 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "channel_switch_offs_seen",
         "channel: switch-offs of a vCPU the heartbeat saw while a thread holding a slot ran there (published to that thread for I-Spinlock's admission)",
     ),
+    (
+        "spinners_kicked",
+        "spinners: threads the spin detector marked spinning whose slice was ended at once (the detector's nudge) or at the tick, with other work waiting for their vCPU",
+    ),
+    (
+        "spinners_passed_over",
+        "spinners: marked spinning threads that dispatches passed over for another task of their queue (counted apart from marked_passed_over)",
+    ),
+    (
+        "spin_marks_served",
+        "spinners: spin marks cleared by the scheduler because their thread ran again after another task had run on its vCPU",
+    ),
 
 ];

@@ -123,6 +123,11 @@ pub struct Config {
     /// breakpoint signals it; see `bpf`), so that it never spins while the
     /// detector reacts. Needs root; falls back to waking the detector.
     pub trap_stops: bool,
+    /// Hand spinners to vsched's scheduler when one runs (`vsched sched`):
+    /// mark them in its channel, which deschedules them itself, instead of
+    /// stopping or demoting them (see `channel`). Without a scheduler
+    /// reading the channel, the holds above act as before.
+    pub channel: bool,
     /// Keep every sample (for recording test data and offline scoring).
     #[serde(skip)]
     pub record_samples: bool,
@@ -151,6 +156,7 @@ impl Default for Config {
             watched_lease_ns: ns(WATCHED_LEASE),
             entry_traps: true,
             trap_stops: true,
+            channel: true,
             record_samples: false,
         }
     }

@@ -7,9 +7,11 @@
 //! defaults; [`stats`] and [`summary`] are what it reports. [`watchdog`]
 //! guarantees that a demoted thread gets its scheduling policy back even if
 //! vsched is killed. [`replay`] tells, from a spinner's last sample, when its
-//! wait is over.
+//! wait is over. [`channel`] hands spinners to vsched's scheduler when it
+//! runs, which then deschedules them itself.
 
 pub mod bpf;
+pub mod channel;
 pub mod code;
 pub mod config;
 pub mod detector;

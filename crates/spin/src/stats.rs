@@ -66,6 +66,18 @@ pub struct Stats {
     pub spins_left_alone: u64,
     /// Reschedules forced on demoted threads found running and still spinning.
     pub kicks: u64,
+    /// Spinners handed to vsched's scheduler: marked in its channel (the
+    /// scheduler deschedules them and clears the mark when it runs them).
+    pub channel_marks: u64,
+    /// Spinning samples of a thread whose mark the scheduler had not yet
+    /// served (nothing else waited for its vCPU): nothing more to do.
+    pub channel_marks_pending: u64,
+    /// Spinners held by the detector itself because another thread held
+    /// their channel slot (thread ids equal modulo the slot count).
+    pub channel_slot_taken: u64,
+    /// Marked spinners whose vCPU was made to reschedule at once (their
+    /// nice level one step and back, which the scheduler sees).
+    pub nudges: u64,
     /// Demotion or restoration refused by the kernel (thread gone, permissions).
     pub sched_failures: u64,
     /// Episodes that ended at the very next sample: an upper bound on false

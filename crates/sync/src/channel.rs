@@ -211,17 +211,6 @@ fn live_channel() -> Option<&'static Channel> {
     (as_atomic(&ch.header.live).load(Relaxed) != 0).then_some(ch)
 }
 
-/// bpf(2)'s BPF_OBJ_GET: the pinned map's file descriptor.
-const BPF_OBJ_GET: libc::c_long = 7;
-
-/// The part of `union bpf_attr` BPF_OBJ_GET reads (uapi linux/bpf.h).
-#[repr(C)]
-struct ObjGetAttr {
-    pathname: u64,
-    bpf_fd: u32,
-    file_flags: u32,
-}
-
 /// The initial pid namespace's inode (the kernel's PROC_PID_INIT_INO), as
 /// /proc/self/ns/pid names it: the scheduler compares slots' tids with the
 /// kernel's pids, which only threads of this namespace see as their tids.
@@ -243,70 +232,14 @@ fn in_initial_pid_namespace() -> bool {
     n > 0 && buf.get(..n as usize) == Some(INITIAL_PID_NS)
 }
 
-/// Maps the pinned channel, checking its header; None if absent, not a
-/// channel of this layout, its scheduler no longer runs (a pin a killed
-/// loader left), or this process is in a pid namespace of its own.
+/// Maps the pinned channel (vsched_os::channel::map_pinned); None also
+/// when this process is in a pid namespace of its own. errno is kept.
 fn attach() -> Option<*mut Channel> {
     let saved = errno();
     let initial = in_initial_pid_namespace();
+    let mapped = if initial { layout::map_pinned() } else { None };
     set_errno(saved);
-    if !initial {
-        return None;
-    }
-    let attr = ObjGetAttr {
-        pathname: layout::PIN_C.as_ptr() as u64,
-        bpf_fd: 0,
-        file_flags: 0,
-    };
-    let saved = errno();
-    // SAFETY: attr is a valid BPF_OBJ_GET argument of the size passed; the
-    // path it points to is a static C string.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            &attr as *const ObjGetAttr,
-            core::mem::size_of::<ObjGetAttr>(),
-        )
-    };
-    if fd < 0 {
-        set_errno(saved);
-        return None;
-    }
-    let fd = fd as i32;
-    // SAFETY: a shared mapping of the map's memory (BPF_F_MMAPABLE), no
-    // address given; the result is checked before use.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            layout::SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    // SAFETY: fd is this call's own descriptor; the mapping keeps the map.
-    // The raw system call: glibc's close() is a cancellation point, and
-    // this runs inside waits that must not be one (pthread_barrier_wait).
-    unsafe { libc::syscall(libc::SYS_close, fd) };
-    set_errno(saved);
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    let ch = p.cast::<Channel>();
-    // SAFETY: the mapping is layout::SIZE bytes long.
-    let h = unsafe { &(*ch).header };
-    if h.magic != layout::MAGIC
-        || h.version != layout::VERSION
-        || h.slots as usize != layout::SLOTS
-        || as_atomic(&h.live).load(Relaxed) == 0
-    {
-        // SAFETY: this call's own mapping.
-        unsafe { libc::munmap(p, layout::SIZE) };
-        return None;
-    }
-    Some(ch)
+    mapped.map(core::ptr::NonNull::as_ptr)
 }
 
 /// This thread's slot in `ch`, claimed at its first marked wait or

@@ -97,7 +97,7 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    r["commands"]
+    let outputs: Vec<(Option<i64>, String)> = r["commands"]
         .as_array()
         .unwrap_or_else(|| panic!("no commands in {r:#}"))
         .iter()
@@ -107,7 +107,16 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
                 c["output"].as_str().unwrap_or_default().to_string(),
             )
         })
-        .collect()
+        .collect();
+    for (_, text) in &outputs {
+        assert!(
+            !text.contains(WAIT_STATE_GAVE_UP),
+            "lab run {layout_path}: a wait for a sched_ext state gave up after {} s \
+             (the rest of the command ran on in the wrong state):\n{text}",
+            WAIT_STATE_LIMIT_TENTHS / 10
+        );
+    }
+    outputs
 }
 
 /// Runs `vsched args` (a `lab run`), again while its guest kernel panics
@@ -140,10 +149,23 @@ pub fn boot_past_emulator_panics(
     (out, EMULATOR_PANIC_RETRIES)
 }
 
-/// Waits (in the guest) until sched_ext's state reads `state`, at most 10 s.
+/// How long `wait_state` waits, in tenths of a second: 30 s. A load of
+/// `vsched sched` in a TCG guest took 2-16 s (the verifier and the first
+/// probe report, emulated), and sched_ext's own watchdog gives up at 30 s.
+pub const WAIT_STATE_LIMIT_TENTHS: u32 = 300;
+
+/// What `wait_state` prints when it gives up; `run_in_guest` fails the
+/// test on it, so that a command never goes on silently in the wrong
+/// state.
+pub const WAIT_STATE_GAVE_UP: &str = "@wait-state-gave-up";
+
+/// Waits (in the guest) until sched_ext's state reads `state`, at most
+/// WAIT_STATE_LIMIT_TENTHS; past that it prints WAIT_STATE_GAVE_UP with
+/// the state it saw, and the command goes on.
 pub fn wait_state(state: &str) -> String {
     format!(
-        "for i in $(seq 100); do grep -qx {state} /sys/kernel/sched_ext/state && break; sleep 0.1; done"
+        "ws=; for i in $(seq {WAIT_STATE_LIMIT_TENTHS}); do grep -qx {state} /sys/kernel/sched_ext/state && ws=1 && break; sleep 0.1; done; \
+         [ -n \"$ws\" ] || echo \"{WAIT_STATE_GAVE_UP} {state}: $(cat /sys/kernel/sched_ext/state)\""
     )
 }
 

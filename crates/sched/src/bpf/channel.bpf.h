@@ -28,6 +28,11 @@
  * (their slot's `wants_run`) pay for it: for others, a read of the
  * slot's owner per switch.
  *
+ * Spinner descheduling (§3.2) reads the same marks: `vsched run
+ * --spin-detect` marks a thread it found spinning (its slot's
+ * `spinning`), dispatch passes over it like a waiter, and the scheduler
+ * clears the mark when it next runs the thread (spinners.bpf.h).
+ *
  * Included once by main.bpf.c, before queue.bpf.h and heartbeat.bpf.h.
  */
 
@@ -70,33 +75,52 @@ static struct vs_channel_slot *slot_of(struct vs_channel *ch,
 	return slot_of_pid(ch, (u32)p->pid);
 }
 
-/* Whether `p` marked itself waiting, and dispatch may pass over it now. */
-static bool passed_over(struct vs_channel *ch, struct task_struct *p, u64 now)
-{
-	struct vs_channel_slot *s = slot_of(ch, p);
-	struct task_ctx *tc;
+/* What a task's slot says about it: marked waiting by itself (virtual
+ * blocking), or marked spinning by the spin detector. */
+enum vs_mark {
+	VS_UNMARKED = 0,
+	VS_MARKED_WAITING = 1,
+	VS_MARKED_SPINNING = 2,
+};
 
-	if (!s || !READ_ONCE(s->waiting) || !(tc = ctx_of(p)))
-		return false;
-	return vs_passes_over_marked(1, tc->stopped_ns, now);
+static enum vs_mark mark_in(struct vs_channel_slot *s)
+{
+	if (!s)
+		return VS_UNMARKED;
+	if (READ_ONCE(s->waiting))
+		return VS_MARKED_WAITING;
+	return READ_ONCE(s->spinning) ? VS_MARKED_SPINNING : VS_UNMARKED;
 }
 
-/* Whether `p` marked itself waiting (its slice end does not keep it). */
-static bool marked_waiting(const struct task_struct *p)
+/* `p`'s mark, if dispatch may pass over it now (VS_UNMARKED if not). */
+static enum vs_mark passed_over(struct vs_channel *ch, struct task_struct *p,
+				u64 now)
+{
+	enum vs_mark mark = mark_in(slot_of(ch, p));
+	struct task_ctx *tc;
+
+	if (mark == VS_UNMARKED || !(tc = ctx_of(p)) ||
+	    !vs_passes_over_marked(1, tc->stopped_ns, now))
+		return VS_UNMARKED;
+	return mark;
+}
+
+/* `p`'s mark in a channel with marks set, if the channel is read (its
+ * slice end does not keep a marked task). */
+static enum vs_mark mark_of(const struct task_struct *p)
 {
 	struct vs_channel *ch;
-	struct vs_channel_slot *s;
 
 	if (!channel_enabled || !(ch = channel_get()) ||
 	    !READ_ONCE(ch->header.marked))
-		return false;
-	s = slot_of(ch, p);
-	return s && READ_ONCE(s->waiting);
+		return VS_UNMARKED;
+	return mark_in(slot_of(ch, p));
 }
 
 /*
  * Runs on `cpu` the first task of queue `dsq` that dispatch need not pass
- * over, when the queue's head is marked waiting; whether it moved one.
+ * over, when the queue's head is marked (waiting or spinning); whether it
+ * moved one.
  * While no thread of the VM is marked (and without the channel) it does
  * nothing but read the count; with an unmarked head, nothing but a peek:
  * the caller takes the head as before.
@@ -105,7 +129,8 @@ static bool dispatch_unmarked(u64 dsq, s32 cpu)
 {
 	struct vs_channel *ch;
 	struct task_struct *p;
-	u32 looked = 0, passed = 0;
+	u32 looked = 0, passed = 0, spinners = 0;
+	enum vs_mark mark;
 	u64 now;
 
 	if (!channel_enabled || !(ch = channel_get()) ||
@@ -113,7 +138,7 @@ static bool dispatch_unmarked(u64 dsq, s32 cpu)
 		return false;
 	p = __COMPAT_scx_bpf_dsq_peek(dsq);
 	now = bpf_ktime_get_ns();
-	if (!p || !passed_over(ch, p, now))
+	if (!p || passed_over(ch, p, now) == VS_UNMARKED)
 		return false;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		if (++looked > VS_MARK_SCAN)
@@ -122,15 +147,18 @@ static bool dispatch_unmarked(u64 dsq, s32 cpu)
 		 * this vCPU nothing (the shared queue holds such tasks). */
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			return false;
-		if (passed_over(ch, p, now)) {
+		mark = passed_over(ch, p, now);
+		if (mark != VS_UNMARKED) {
 			passed++;
+			spinners += mark == VS_MARKED_SPINNING;
 			continue;
 		}
 		if (!scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, VS_DSQ_LOCAL, 0))
 			return false;
 		/* None passed over: the head's mark was cleared meanwhile. */
 		if (passed) {
-			count_n(VS_STAT_MARKED_PASSED_OVER, passed);
+			count_n(VS_STAT_MARKED_PASSED_OVER, passed - spinners);
+			count_n(VS_STAT_SPINNERS_PASSED_OVER, spinners);
 			count(VS_STAT_MARKED_DISPATCHES);
 		}
 		return true;
@@ -149,6 +177,8 @@ static void channel_forget(struct task_struct *p)
 	if (!ch || !(s = slot_of(ch, p)))
 		return;
 	if (__sync_lock_test_and_set(&s->waiting, 0))
+		__sync_fetch_and_sub(&ch->header.marked, 1);
+	if (__sync_lock_test_and_set(&s->spinning, 0))
 		__sync_fetch_and_sub(&ch->header.marked, 1);
 	WRITE_ONCE(s->wants_run, 0);
 	if (__sync_val_compare_and_swap(&s->tid, (u32)p->pid, 0) == (u32)p->pid)

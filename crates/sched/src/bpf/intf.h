@@ -193,14 +193,15 @@ enum vs_trial_step {
  * (crates/os/src/channel.rs) is checked against the bindings of this
  * file (crates/sched/src/channel.rs, its test).
  *
- * Layout version 2 (version 1 had no fields written by the scheduler
- * in the slots). A change of any field's meaning or offset raises
- * VS_CHANNEL_VERSION; the runtime uses only the version it knows.
+ * Layout version 3 (version 1 had no fields written by the scheduler
+ * in the slots, version 2 no `spinning`). A change of any field's
+ * meaning or offset raises VS_CHANNEL_VERSION; the runtime and the spin
+ * detector use only the version they know.
  */
 enum vs_channel_consts {
 	/* "vsch": a mapping that does not start with it is not a channel. */
 	VS_CHANNEL_MAGIC = 0x68637376,
-	VS_CHANNEL_VERSION = 2,
+	VS_CHANNEL_VERSION = 3,
 	/*
 	 * Slots: a thread uses slot tid % VS_CHANNEL_SLOTS, if no live
 	 * thread holds it. 4096 slots of 64 bytes: 256 KiB, one cache line
@@ -225,17 +226,18 @@ struct vs_channel_header {
 	 * cleared when sched_ext disables it, so that a runtime holding an
 	 * old mapping stops marking. */
 	u32 live;
-	/* Slots marked `waiting` now, kept by whoever sets or clears a mark
-	 * (an exchange tells which store changed it): dispatch looks for
-	 * marked tasks only while it is not 0. */
+	/* Slots marked `waiting` or `spinning` now (each mark counts once),
+	 * kept by whoever sets or clears a mark (an exchange tells which
+	 * store changed it): dispatch looks for marked tasks only while it
+	 * is not 0. */
 	u32 marked;
 	u32 reserved[11];
 };
 
 /*
  * One thread's state: `tid`, `waiting` and `wants_run` written by the
- * thread itself (except where said), the rest by the scheduler for the
- * thread to read.
+ * thread itself (except where said), `spinning` by the spin detector, the
+ * rest by the scheduler for the thread to read.
  */
 struct vs_channel_slot {
 	/* The owner's thread id in the initial pid namespace (0: free).
@@ -276,7 +278,17 @@ struct vs_channel_slot {
 	 * running for the prediction: a thread that only marks (virtual
 	 * blocking) costs no timer interrupts. */
 	u32 wants_run;
-	u32 reserved[7];
+	/* Busy-waiting detection (../shared/seeds/oversubscription-hpdc21.txt
+	 * §3.2): non-zero from when `vsched run --spin-detect` found the
+	 * thread spinning until the scheduler next runs it. The detector
+	 * claims the slot for the thread if it holds none (the scheduler
+	 * frees it when the thread exits), sets the mark, and makes the
+	 * thread's vCPU reschedule; dispatch passes over the marked thread as
+	 * over a waiting one, and the scheduler clears the mark when it runs
+	 * the thread again: one skip per detection, the paper's rule of
+	 * letting every other runnable thread of the vCPU run once first. */
+	u32 spinning;
+	u32 reserved[6];
 };
 
 struct vs_channel {

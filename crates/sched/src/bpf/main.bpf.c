@@ -30,7 +30,8 @@
  * in its own part: state.bpf.h (tunables, maps, vCPU queries), idle.bpf.h
  * (SCHED_IDLE work), capacity.bpf.h (capacity and RWC placement),
  * channel.bpf.h (what vsched's runtime tells it: virtual blocking),
- * queue.bpf.h (the normal tasks' queues), consolidate.bpf.h (Gleaner's
+ * queue.bpf.h (the normal tasks' queues), spinners.bpf.h (spinners the
+ * spin detector marked), consolidate.bpf.h (Gleaner's
  * consolidation and local wake-ups), bvs.bpf.h, ivh.bpf.h and
  * heartbeat.bpf.h.
  */
@@ -75,6 +76,7 @@ char _license[] SEC("license") = "GPL";
 #include "capacity.bpf.h"
 #include "channel.bpf.h"
 #include "queue.bpf.h"
+#include "spinners.bpf.h"
 #include "consolidate.bpf.h"
 #include "bvs.bpf.h"
 #include "ivh.bpf.h"
@@ -261,6 +263,7 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	if (reference_fifo || !(l = live_of(cpu)))
 		return;
 	now = bpf_ktime_get_ns();
+	spinner_running(p, l);
 	/* The same task kept on its vCPU keeps its run time (IVH's 2 ms). */
 	if (l->curr_pid != p->pid)
 		l->curr_since_ns = now;
@@ -394,6 +397,14 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 		ivh_at_tick_consider(cpu, l, bpf_ktime_get_ns());
 	renew_slice_if_kept(p, cpu, l);
 	channel_tick(l, p);
+	spinner_tick(p, cpu);
+}
+
+/* A task's weight changed (its nice level, or the spin detector's nudge
+ * after it marked the task spinning). */
+void BPF_STRUCT_OPS(vsched_set_weight, struct task_struct *p, u32 weight)
+{
+	spinner_weight_changed(p);
 }
 
 /* Tunable (`--no-yield-in-place`): every sched_yield() ends the slice. */
@@ -516,6 +527,7 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .stopping	= (void *)vsched_stopping,
 	       .tick		= (void *)vsched_tick,
 	       .yield		= (void *)vsched_yield,
+	       .set_weight	= (void *)vsched_set_weight,
 	       .update_idle	= (void *)vsched_update_idle,
 	       .enable		= (void *)vsched_enable,
 	       .exit_task	= (void *)vsched_exit_task,

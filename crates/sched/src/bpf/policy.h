@@ -752,8 +752,9 @@ static inline int vs_swap_for_preference(int active_preferred,
 
 /*
  * Virtual blocking through the channel (channel.bpf.h): how long dispatch
- * may pass over a task that marked itself waiting, counted from when it
- * last stopped running. The bound makes a mark a hint: a mark left set
+ * may pass over a task that marked itself waiting (or that the spin
+ * detector marked spinning, spinners.bpf.h), counted from when it last
+ * stopped running. The bound makes a mark a hint: a mark left set
  * for ever (a bug, or a lie) costs its task priority, never its turn, so
  * it cannot starve and sched_ext's 30 s watchdog never sees it. 20 ms is
  * several slices (3 ms), and hundreds of hand-offs of a program that

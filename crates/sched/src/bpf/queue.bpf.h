@@ -305,14 +305,15 @@ static bool keeps_its_vcpu(struct task_struct *p)
  * invisible to idle vCPUs, and keeping each in turn at its slice end held
  * three CPU-bound threads on one vCPU for seconds while three vCPUs idled
  * (seen in the IVH layout: 4.0 s against 1.4 s). A task that marked
- * itself waiting (channel.bpf.h) yields its vCPU to any waiting task.
+ * itself waiting, or that the spin detector marked spinning
+ * (channel.bpf.h), yields its vCPU to any waiting task.
  */
 static __always_inline bool keep_running(struct task_struct *p, s32 cur,
 					 u64 enq_flags)
 {
 	if (!visible(cur) || scx_bpf_dsq_nr_queued(VS_DSQ_LOCAL_ON | cur) ||
 	    !keeps_its_vcpu(p) || idle_starving_on(cur) ||
-	    (marked_waiting(p) && normal_waiting_for(cur)))
+	    (mark_of(p) != VS_UNMARKED && normal_waiting_for(cur)))
 		return false;
 	count(VS_STAT_KEPT_RUNNING);
 	scx_bpf_dsq_insert(p, VS_DSQ_LOCAL, slice_ns, enq_flags);

@@ -4,6 +4,7 @@
 //! in [`Engine::restore`].
 
 use super::Engine;
+use crate::channel::MarkOutcome;
 use crate::config::Config;
 use crate::detector::Transition;
 use crate::replay::{Replay, Word};
@@ -89,6 +90,9 @@ impl Engine {
     /// loop cannot be replayed, and leaves it alone if the replay shows its
     /// wait over or the loop computing (withdrawing the detection).
     pub(super) fn demote(&mut self, tid: i32, now_ns: u64) {
+        if self.hand_to_scheduler(tid, now_ns) {
+            return;
+        }
         let (replay, words) = self.replay_newest(tid).unzip();
         let watch = match replay {
             // Its wait ended since the sample was taken: leave it alone.
@@ -156,6 +160,68 @@ impl Engine {
                 self.stats.sched_failures += 1;
                 let _ = watchdog.restored(tid);
             }
+        }
+    }
+
+    /// Hands spinner `tid` to vsched's scheduler, if one reads the channel:
+    /// marked, and its vCPU nudged when the mark is new. False: the engine
+    /// holds it itself.
+    fn hand_to_scheduler(&mut self, tid: i32, now_ns: u64) -> bool {
+        let Some(marks) = &mut self.marks else {
+            return false;
+        };
+        match marks.mark(tid, now_ns) {
+            MarkOutcome::Marked => {
+                self.stats.channel_marks += 1;
+                self.nudge(tid);
+                true
+            }
+            MarkOutcome::Pending => {
+                self.stats.channel_marks_pending += 1;
+                true
+            }
+            MarkOutcome::SlotTaken => {
+                self.stats.channel_slot_taken += 1;
+                false
+            }
+            MarkOutcome::NoScheduler => false,
+        }
+    }
+
+    /// Makes the kernel tell the scheduler about `tid` now, so that a
+    /// running spinner leaves its vCPU at once rather than at the next
+    /// tick (4 ms at HZ=250): its nice level one step and back, which the
+    /// scheduler sees as two weight changes (spinners.bpf.h). setpriority,
+    /// not sched_setattr, which would also fix the thread's slice as a
+    /// custom one. Journaled to the watchdog like a demotion, so that a
+    /// vsched killed between the two steps leaves no thread a step off.
+    fn nudge(&mut self, tid: i32) {
+        let Ok(original) = sched::get(tid) else {
+            self.stats.sched_failures += 1;
+            return;
+        };
+        let Some(watchdog) = &mut self.watchdog else {
+            return;
+        };
+        if watchdog.demoting(self.pid, tid, &original).is_err() {
+            self.stats.sched_failures += 1;
+            return;
+        }
+        // Weaker by one step, except at nice 19, the weakest.
+        let step = if original.nice < 19 {
+            original.nice + 1
+        } else {
+            original.nice - 1
+        };
+        let stepped = sched::set_thread_nice(tid, step).is_ok();
+        if sched::set_thread_nice(tid, original.nice).is_ok() || !threads::listed(self.pid, tid) {
+            let _ = watchdog.restored(tid);
+        } else {
+            // Left journaled: the watchdog puts it back when vsched exits.
+            self.stats.sched_failures += 1;
+        }
+        if stepped {
+            self.stats.nudges += 1;
         }
     }
 

@@ -16,6 +16,7 @@ mod traps;
 mod watch;
 
 use crate::bpf::{StopProgram, TRAP_SIGNAL};
+use crate::channel::SpinMarks;
 use crate::code::PauseSites;
 use crate::config::{Action, Config, ConfigError};
 use crate::detector::Transition;
@@ -84,6 +85,9 @@ pub struct Engine {
     relaxed: bool,
     /// When the machine was last seen oversubscribed.
     last_over_ns: u64,
+    /// vsched's scheduler's channel, spinners are handed to while it runs
+    /// (None: not descheduling, or `channel` off).
+    marks: Option<SpinMarks>,
 }
 
 impl Engine {
@@ -126,7 +130,11 @@ impl Engine {
             not_waits: NotWaits::default(),
             relaxed: false,
             last_over_ns: monotonic_ns(),
+            marks: None,
         };
+        if engine.cfg.action == Action::Deschedule && engine.cfg.channel {
+            engine.marks = Some(SpinMarks::new());
+        }
         if engine.cfg.action == Action::Deschedule && engine.cfg.replay && engine.cfg.stop {
             engine.freezer = Freezer::new(pid).ok();
         }
@@ -364,6 +372,9 @@ impl Engine {
 
     /// Lets go of every thread and closes everything the engine opened.
     fn shutdown(&mut self) {
+        if let Some(m) = &mut self.marks {
+            m.clear_all();
+        }
         // Demoted threads are restored here; stopped ones are detached by
         // the freezer below (a detach resumes them: no stop-and-go).
         for t in self.threads.values_mut() {
