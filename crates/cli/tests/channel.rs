@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::lab::{bench_program, layout_with, run_in_guest};
+use common::lab::{bench_program, layout_with, run_in_guest, with_run_timeout};
 use common::{summary_after, sync_library};
 use serde_json::Value;
 
@@ -51,9 +51,15 @@ fn ring(name: &str, sched_flags: &str, exec_flags: &str) -> String {
 #[test]
 fn waiters_marked_by_the_runtime_are_passed_over_by_the_scheduler_only_with_both_halves() {
     let _guard = common::serial();
-    let guest = layout_with(
-        "sched/two-free",
-        &[bench_program("syncbench"), sync_library()],
+    // Its commands took 95-127 s under TCG: three rings, then a ring of a
+    // million operations that must outlast a load and an unload of the
+    // scheduler (each waited for, up to 30 s: wait_state).
+    let guest = with_run_timeout(
+        &layout_with(
+            "sched/two-free",
+            &[bench_program("syncbench"), sync_library()],
+        ),
+        300,
     );
     let lib = "export VSCHED_SYNC_LIB=/bin/libvsched_sync.so; ";
     let both = format!("{lib}{}", ring("both", "", "--channel"));
@@ -260,7 +266,8 @@ fn spinning_pipeline(name: &str, sched_flags: &str, detect_flags: &str) -> Strin
 
 /// Spinner descheduling in the scheduler: with `vsched sched` loaded, the
 /// detector hands every spinner it finds to the scheduler (marks it in the
-/// channel and nudges its vCPU) instead of stopping or demoting it; the
+/// channel and nudges it: a restart in place) instead of stopping or
+/// demoting it; the
 /// scheduler ends the marked spinner's slice, passes over it for the other
 /// tasks of its queue, and clears the mark when it runs it again. The
 /// pipeline passes all its items. Controls, each of which must show none
@@ -311,6 +318,11 @@ fn spinners_found_by_the_detector_are_descheduled_by_the_scheduler_through_the_c
         sched_counter(&sched, "spinners_kicked") > 0
             && sched_counter(&sched, "spinners_passed_over") > 0,
         "the scheduler took marked spinners off their vCPUs and ran other tasks first: {sched:#}"
+    );
+    assert!(
+        sched_counter(&sched, "restarts_in_place") > 0,
+        "the nudges stopped and restarted running spinners in place, and the \
+         scheduler did not take that for a sleep: {sched:#}"
     );
     let served = sched_counter(&sched, "spin_marks_served");
     assert!(

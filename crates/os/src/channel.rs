@@ -77,13 +77,39 @@ struct ObjGetAttr {
     file_flags: u32,
 }
 
+/// The initial pid namespace's inode (the kernel's PROC_PID_INIT_INO), as
+/// /proc/self/ns/pid names it: the scheduler compares slots' tids with the
+/// kernel's pids, which only threads of this namespace see as their tids.
+const INITIAL_PID_NS: &[u8] = b"pid:[4026531836]";
+
+/// Whether this process's thread ids are the kernel's (no pid namespace).
+fn in_initial_pid_namespace() -> bool {
+    let mut buf = [0u8; 32];
+    // SAFETY: readlinkat into a local buffer of the length given.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD,
+            c"/proc/self/ns/pid".as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    n > 0 && buf.get(..n as usize) == Some(INITIAL_PID_NS)
+}
+
 /// Maps the pinned channel read-write, checking its header; None if it is
-/// absent, not a channel of this layout, or its scheduler no longer runs
-/// (a pin a killed loader left). Raw system calls only, and nothing that
-/// is a cancellation point: the preloaded runtime calls this from inside
-/// waits. May change errno (the runtime saves it around the call). The
-/// mapping is the caller's to unmap (`libc::munmap(p, SIZE)`).
+/// absent, not a channel of this layout, its scheduler no longer runs (a
+/// pin a killed loader left), or this process is in a pid namespace of
+/// its own (its thread ids are not the ones the scheduler compares).
+/// Raw system calls only, and nothing that is a cancellation point: the
+/// preloaded runtime calls this from inside waits. May change errno (the
+/// runtime saves it around the call). The mapping is the caller's to
+/// unmap (`libc::munmap(p, SIZE)`).
 pub fn map_pinned() -> Option<core::ptr::NonNull<Channel>> {
+    if !in_initial_pid_namespace() {
+        return None;
+    }
     let attr = ObjGetAttr {
         pathname: PIN_C.as_ptr() as u64,
         bpf_fd: 0,

@@ -43,8 +43,8 @@ pub const SCHED_OTHER: u32 = libc::SCHED_OTHER as u32;
 /// Only these flags can be handed back to sched_setattr unchanged.
 const SETTABLE_FLAGS: u64 = 0x01 /* RESET_ON_FORK */;
 
-/// Thread `tid`'s scheduling attributes (0: the caller).
-pub fn get(tid: i32) -> io::Result<SchedAttr> {
+/// sched_getattr of thread `tid`, whole.
+fn get_raw(tid: i32) -> io::Result<RawAttr> {
     let mut raw = RawAttr::default();
     // SAFETY: raw is a valid sched_attr buffer of the size passed.
     let rc = unsafe {
@@ -59,6 +59,48 @@ pub fn get(tid: i32) -> io::Result<SchedAttr> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(raw)
+}
+
+/// sched_setattr of thread `tid`.
+fn set_raw(tid: i32, raw: &mut RawAttr) -> io::Result<()> {
+    raw.size = std::mem::size_of::<RawAttr>() as u32;
+    // SAFETY: raw is a fully initialised sched_attr of the size it states.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, raw as *mut RawAttr, 0u32) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// sched_setattr flags (uapi linux/sched.h): keep the policy and its
+/// parameters; set the utilisation clamps.
+const SCHED_FLAG_KEEP_ALL: u64 = 0x08 | 0x10;
+const SCHED_FLAG_UTIL_CLAMP: u64 = 0x20 | 0x40;
+/// A clamp of -1 puts the system default back (Linux 5.11+), which a
+/// thread that never set its clamps has.
+const UCLAMP_DEFAULT: u32 = u32::MAX;
+/// The clamps of a thread that never set them: 0 and SCHED_CAPACITY_SCALE.
+const UCLAMP_UNSET: (u32, u32) = (0, 1024);
+
+/// Makes the kernel take running thread `tid` off its CPU and put it back
+/// at once, changing nothing: its utilisation clamps set to what they are
+/// (a change sched_setattr always acts on), and a thread that never set
+/// them given the defaults back, still not set. A sched_ext scheduler
+/// sees the thread stop and restart in place. Needs CONFIG_UCLAMP_TASK
+/// (EOPNOTSUPP without) and the privilege to change the thread.
+pub fn restart_in_place(tid: i32) -> io::Result<()> {
+    let mut raw = get_raw(tid)?;
+    if (raw.util_min, raw.util_max) == UCLAMP_UNSET {
+        (raw.util_min, raw.util_max) = (UCLAMP_DEFAULT, UCLAMP_DEFAULT);
+    }
+    raw.flags = SCHED_FLAG_KEEP_ALL | SCHED_FLAG_UTIL_CLAMP;
+    set_raw(tid, &mut raw)
+}
+
+/// Thread `tid`'s scheduling attributes (0: the caller).
+pub fn get(tid: i32) -> io::Result<SchedAttr> {
+    let raw = get_raw(tid)?;
     Ok(SchedAttr {
         policy: raw.policy,
         nice: raw.nice,
@@ -89,12 +131,7 @@ pub fn set(tid: i32, a: &SchedAttr) -> io::Result<()> {
         raw.deadline = 0;
         raw.period = 0;
     }
-    // SAFETY: raw is a fully initialised sched_attr.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &mut raw as *mut RawAttr, 0u32) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_raw(tid, &mut raw)
 }
 
 /// Sets `attr`, and if the kernel rejects the custom slice (before 6.12), without it.
@@ -149,6 +186,31 @@ pub fn gettid() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_in_place_changes_nothing() {
+        std::thread::spawn(|| {
+            let tid = gettid();
+            let before = get_raw(tid).unwrap();
+            match restart_in_place(tid) {
+                Ok(()) => {}
+                // A kernel without CONFIG_UCLAMP_TASK: nothing was changed.
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+                Err(e) => panic!("restart_in_place: {e}"),
+            }
+            let after = get_raw(tid).unwrap();
+            assert_eq!(
+                (after.policy, after.nice, after.priority, after.runtime),
+                (before.policy, before.nice, before.priority, before.runtime)
+            );
+            assert_eq!(
+                (after.util_min, after.util_max),
+                (before.util_min, before.util_max)
+            );
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn set_and_restore_own_thread() {

@@ -208,8 +208,12 @@ pub const STAT_TABLE: &[(&str, &str)] = &[
         "channel: switch-offs of a vCPU the heartbeat saw while a thread holding a slot ran there (published to that thread for I-Spinlock's admission)",
     ),
     (
+        "restarts_in_place",
+        "running tasks stopped and restarted in place around a change of their scheduling (nice, policy, CPUs; the spin detector's nudge among them): not counted as sleeps, nor charged twice",
+    ),
+    (
         "spinners_kicked",
-        "spinners: threads the spin detector marked spinning whose slice was ended at once (the detector's nudge) or at the tick, with other work waiting for their vCPU",
+        "spinners: threads the spin detector marked spinning whose slice was ended at once (at the detector's nudge) or at the tick, with other work waiting for their vCPU",
     ),
     (
         "spinners_passed_over",

@@ -45,6 +45,10 @@ pub struct SpinMarks {
     next_attempt_ns: u64,
     /// Marks set and not yet seen cleared (for `clear_all`).
     marked: Vec<u32>,
+    /// Slots this detector claimed for their threads: released when the
+    /// thread is gone (`forget`), in case it exited before the claim, when
+    /// the scheduler's own release at its exit had already run.
+    claimed: Vec<u32>,
 }
 
 impl Default for SpinMarks {
@@ -61,13 +65,14 @@ impl SpinMarks {
             owns_mapping: true,
             next_attempt_ns: 0,
             marked: Vec::new(),
+            claimed: Vec::new(),
         };
         marks.live(0);
         marks
     }
 
-    /// The channel, if a scheduler reads it now.
-    fn live(&mut self, now_ns: u64) -> Option<&Channel> {
+    /// The channel's mapping, if a scheduler reads it now.
+    fn live(&mut self, now_ns: u64) -> Option<NonNull<Channel>> {
         let is_live = |p: NonNull<Channel>| {
             // SAFETY: a mapping of layout::SIZE bytes, kept until drop.
             let ch = unsafe { p.as_ref() };
@@ -80,10 +85,7 @@ impl SpinMarks {
             self.next_attempt_ns = now_ns + RETRY_NS;
             self.mapping = layout::map_pinned();
         }
-        // SAFETY: as above.
-        self.mapping
-            .filter(|&p| is_live(p))
-            .map(|p| unsafe { &*p.as_ptr() })
+        self.mapping.filter(|&p| is_live(p))
     }
 
     /// Whether a scheduler reads the channel now.
@@ -93,18 +95,28 @@ impl SpinMarks {
 
     /// Marks thread `tid` spinning, claiming its slot if free.
     pub fn mark(&mut self, tid: i32, now_ns: u64) -> MarkOutcome {
-        let Some(ch) = self.live(now_ns) else {
+        let Some(p) = self.live(now_ns) else {
             return MarkOutcome::NoScheduler;
         };
+        // SAFETY: a mapping of layout::SIZE bytes, kept until `self` unmaps
+        // it, which this call does not do.
+        let ch = unsafe { &*p.as_ptr() };
         let tid = tid as u32;
         let slot = &ch.slots[layout::slot_of(tid)];
         match atomic(&slot.tid).compare_exchange(0, tid, SeqCst, SeqCst) {
-            Ok(_) => {}
+            Ok(_) => self.claimed.push(tid),
             Err(owner) if owner == tid => {}
             Err(_) => return MarkOutcome::SlotTaken,
         }
         if atomic(&slot.spinning).swap(1, SeqCst) != 0 {
             return MarkOutcome::Pending;
+        }
+        // The thread may have exited since its sample, and the scheduler
+        // freed its slot in between (and a new thread taken it): a mark
+        // left there would count for nobody.
+        if atomic(&slot.tid).load(SeqCst) != tid {
+            atomic(&slot.spinning).store(0, SeqCst);
+            return MarkOutcome::SlotTaken;
         }
         // The mark counts once: dispatch looks for marked tasks only while
         // the header's count is not 0.
@@ -149,6 +161,29 @@ impl SpinMarks {
         }
     }
 
+    /// Thread `tid` is gone: a slot this detector claimed for it is
+    /// released, with its mark.
+    pub fn forget(&mut self, tid: i32) {
+        let tid = tid as u32;
+        let Some(at) = self.claimed.iter().position(|&t| t == tid) else {
+            return;
+        };
+        self.claimed.swap_remove(at);
+        let Some(p) = self.mapping else {
+            return;
+        };
+        // SAFETY: as in `live`.
+        let ch = unsafe { p.as_ref() };
+        let slot = &ch.slots[layout::slot_of(tid)];
+        if atomic(&slot.tid).load(SeqCst) != tid {
+            return;
+        }
+        if atomic(&slot.spinning).swap(0, SeqCst) != 0 {
+            atomic(&ch.header.marked).fetch_sub(1, SeqCst);
+        }
+        let _ = atomic(&slot.tid).compare_exchange(tid, 0, SeqCst, SeqCst);
+    }
+
     fn unmap(&mut self) {
         if !self.owns_mapping {
             return;
@@ -159,6 +194,7 @@ impl SpinMarks {
             unsafe { libc::munmap(p.as_ptr().cast(), layout::SIZE) };
         }
         self.marked.clear();
+        self.claimed.clear();
     }
 }
 
@@ -198,6 +234,7 @@ mod tests {
             owns_mapping: false,
             next_attempt_ns: u64::MAX,
             marked: Vec::new(),
+            claimed: Vec::new(),
         }
     }
 
@@ -228,6 +265,24 @@ mod tests {
         assert_eq!(marks.mark(7, 0), MarkOutcome::Marked);
         // SAFETY: as above.
         assert_eq!(unsafe { (*p).header.marked }, 1);
+    }
+
+    #[test]
+    fn a_slot_claimed_for_a_thread_is_released_when_it_is_gone() {
+        let mut ch = channel();
+        let mut marks = marks_over(&mut ch);
+        assert_eq!(marks.mark(11, 0), MarkOutcome::Marked);
+        marks.forget(11);
+        // A thread it did not claim for keeps its slot.
+        let p = marks.mapping.unwrap().as_ptr();
+        // SAFETY: the test's own channel, not otherwise borrowed here.
+        unsafe { (*p).slots[12].tid = 12 };
+        assert_eq!(marks.mark(12, 0), MarkOutcome::Marked);
+        marks.forget(12);
+        drop(marks);
+        assert_eq!((ch.slots[11].tid, ch.slots[11].spinning), (0, 0));
+        assert_eq!((ch.slots[12].tid, ch.slots[12].spinning), (12, 0));
+        assert_eq!(ch.header.marked, 0);
     }
 
     #[test]

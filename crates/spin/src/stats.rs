@@ -75,8 +75,8 @@ pub struct Stats {
     /// Spinners held by the detector itself because another thread held
     /// their channel slot (thread ids equal modulo the slot count).
     pub channel_slot_taken: u64,
-    /// Marked spinners whose vCPU was made to reschedule at once (their
-    /// nice level one step and back, which the scheduler sees).
+    /// Marked spinners the kernel was made to stop and restart in place,
+    /// which the scheduler sees and acts on at once (engine `nudge`).
     pub nudges: u64,
     /// Demotion or restoration refused by the kernel (thread gone, permissions).
     pub sched_failures: u64,

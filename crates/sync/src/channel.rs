@@ -211,33 +211,11 @@ fn live_channel() -> Option<&'static Channel> {
     (as_atomic(&ch.header.live).load(Relaxed) != 0).then_some(ch)
 }
 
-/// The initial pid namespace's inode (the kernel's PROC_PID_INIT_INO), as
-/// /proc/self/ns/pid names it: the scheduler compares slots' tids with the
-/// kernel's pids, which only threads of this namespace see as their tids.
-const INITIAL_PID_NS: &[u8] = b"pid:[4026531836]";
-
-/// Whether this process's thread ids are the kernel's (no pid namespace).
-fn in_initial_pid_namespace() -> bool {
-    let mut buf = [0u8; 32];
-    // SAFETY: readlinkat into a local buffer of the length given.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_readlinkat,
-            libc::AT_FDCWD,
-            c"/proc/self/ns/pid".as_ptr(),
-            buf.as_mut_ptr(),
-            buf.len(),
-        )
-    };
-    n > 0 && buf.get(..n as usize) == Some(INITIAL_PID_NS)
-}
-
-/// Maps the pinned channel (vsched_os::channel::map_pinned); None also
-/// when this process is in a pid namespace of its own. errno is kept.
+/// Maps the pinned channel (vsched_os::channel::map_pinned, which
+/// refuses a process in a pid namespace of its own). errno is kept.
 fn attach() -> Option<*mut Channel> {
     let saved = errno();
-    let initial = in_initial_pid_namespace();
-    let mapped = if initial { layout::map_pinned() } else { None };
+    let mapped = layout::map_pinned();
     set_errno(saved);
     mapped.map(core::ptr::NonNull::as_ptr)
 }

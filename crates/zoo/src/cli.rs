@@ -42,6 +42,9 @@ enum ZooProgram {
         items: u64,
         #[arg(long, default_value_t = 20.0)]
         work_us: f64,
+        /// Run stage k only on CPU k modulo the CPUs
+        #[arg(long)]
+        pin_stages: bool,
     },
     /// Timed spin episodes of one waiting implementation
     Spin {
@@ -97,11 +100,12 @@ pub fn run(args: ZooArgs) -> Result<()> {
             stages,
             items,
             work_us,
+            pin_stages,
         } => {
             if stages < 2 {
                 bail!("a pipeline needs at least 2 stages");
             }
-            programs::pipeline(stages, items, work_us)
+            programs::pipeline(stages, items, work_us, pin_stages)
         }
         ZooProgram::Spin { lock, episodes } => programs::spin_episodes(&lock, episodes)
             .ok_or_else(|| anyhow!("unknown lock {lock:?}; known: {}", locks::NAMES.join(", ")))?,

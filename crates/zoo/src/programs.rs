@@ -136,8 +136,10 @@ pub fn ring(threads: usize, handoffs: u64, work_us: f64) -> Truth {
 }
 
 /// A pipeline of `stages` threads joined by spinning queues; each stage works
-/// `work_us` per item.
-pub fn pipeline(stages: usize, items: u64, work_us: f64) -> Truth {
+/// `work_us` per item. With `pin`, stage k runs only on CPU k modulo the
+/// CPUs (a test's way to leave one stage spinning alone on its vCPU).
+pub fn pipeline(stages: usize, items: u64, work_us: f64, pin: bool) -> Truth {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Eight slots: stages run ahead of each other a little, then wait.
     let queues: Arc<Vec<SpinQueue>> =
         Arc::new((0..stages - 1).map(|_| SpinQueue::new(8)).collect());
@@ -148,6 +150,10 @@ pub fn pipeline(stages: usize, items: u64, work_us: f64) -> Truth {
         .map(|k| {
             let (queues, work, checksum) = (queues.clone(), work.clone(), checksum.clone());
             std::thread::spawn(move || {
+                if pin {
+                    vsched_os::affinity::pin_current_thread((k % cpus) as u32)
+                        .expect("pinning a stage to its CPU");
+                }
                 for i in 0..items {
                     let v = if k == 0 { i } else { queues[k - 1].pop() };
                     work.run(work_us);
@@ -186,7 +192,7 @@ mod tests {
     fn ring_and_pipeline_complete_at_1x() {
         let r = ring(2, 200, 5.0);
         assert_eq!(r.units, 200);
-        let p = pipeline(2, 200, 5.0);
+        let p = pipeline(2, 200, 5.0, false);
         assert_eq!(p.units, 200);
     }
 

@@ -60,6 +60,16 @@ pub fn layout_with(name: &str, files: &[std::path::PathBuf]) -> String {
     path.display().to_string()
 }
 
+/// The layout copy at `layout_path` (from `layout_with`), given `seconds`
+/// for its guest's commands instead of the lab's default of 120 s (a
+/// guard against a hung guest, not a measure of anything).
+pub fn with_run_timeout(layout_path: &str, seconds: u32) -> String {
+    let text = std::fs::read_to_string(layout_path).unwrap();
+    // A top-level key, so it goes before the layout's [[vcpu]] tables.
+    std::fs::write(layout_path, format!("run_timeout_s = {seconds}\n{text}")).unwrap();
+    layout_path.to_string()
+}
+
 /// Boots again after the emulator's guest kernel panics, per
 /// `run_in_guest`: seen about once in 80 QEMU 10 boots and once in some
 /// 1,800 sched_ext load cycles (docs/lab.md, "The emulator"), so two in a

@@ -64,6 +64,8 @@ char _license[] SEC("license") = "GPL";
 
 /* uapi values vmlinux.h does not carry (macros). */
 #define VS_CLOCK_MONOTONIC 1
+/* include/linux/sched.h: a task's __state while it runs or may run. */
+#define VS_TASK_RUNNING 0
 #define VS_TIMER_CPU_PIN (1ULL << 1)
 
 /*
@@ -285,20 +287,47 @@ void BPF_STRUCT_OPS(vsched_running, struct task_struct *p)
 	start_beating(cpu, l);
 }
 
+/*
+ * Whether `p`, stopping with `runnable` false, stops only to be restarted
+ * in place: a change of its scheduling while it runs (the spin detector's
+ * nudge, its nice level, its policy, its CPUs) takes it off and puts it
+ * back around the change, which sched_ext reports as stopping with
+ * runnable false, runnable and running, though the task never left its
+ * vCPU and its slice is not refilled. Such a task is still TASK_RUNNING;
+ * one that goes to sleep (or exits) set another state first. Taken for a
+ * sleep, a nudge would clear the spin mark it is meant to act on
+ * (spinners.bpf.h), charge the slice's use a second time and count as a
+ * short wake-up for BVS.
+ */
+static bool restarts_in_place(const struct task_struct *p, bool runnable)
+{
+	return !runnable && READ_ONCE(p->__state) == VS_TASK_RUNNING;
+}
+
 void BPF_STRUCT_OPS(vsched_stopping, struct task_struct *p, bool runnable)
 {
 	u64 used = slice_ns > p->scx.slice ? slice_ns - p->scx.slice : 0;
+	bool restart = restarts_in_place(p, runnable);
 	struct task_ctx *tc;
 	struct vcpu_live *l;
 
-	charge_vtime(p, used);
+	/* A restart's use of the slice is charged at the real stop: the
+	 * slice goes on unrefilled. */
+	if (!restart)
+		charge_vtime(p, used);
 	if (reference_fifo)
 		return;
 	l = live_of(scx_bpf_task_cpu(p));
+	/* Paired with the running that follows, a restart's included. */
 	if (l && !is_idle_task(p))
 		consolidate_stopping(l, bpf_ktime_get_ns());
 	if (l)
 		channel_stopping(l);
+	if (restart) {
+		count(VS_STAT_RESTARTS_IN_PLACE);
+		spinner_restarting(p);
+		return;
+	}
 	if (!runnable && l)
 		l->curr_pid = 0;
 	tc = ctx_of(p);
@@ -316,7 +345,8 @@ void BPF_STRUCT_OPS(vsched_runnable, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *tc;
 	char comm[16] = {};
 
-	if (!is_idle_task(p))
+	/* A restart in place (vsched_stopping) is no wake-up. */
+	if (!is_idle_task(p) && !scx_bpf_task_running(p))
 		consolidate_wakeup();
 	if (!nr_latency_comms || reference_fifo || !(tc = ctx_of(p)))
 		return;
@@ -398,13 +428,6 @@ void BPF_STRUCT_OPS(vsched_tick, struct task_struct *p)
 	renew_slice_if_kept(p, cpu, l);
 	channel_tick(l, p);
 	spinner_tick(p, cpu);
-}
-
-/* A task's weight changed (its nice level, or the spin detector's nudge
- * after it marked the task spinning). */
-void BPF_STRUCT_OPS(vsched_set_weight, struct task_struct *p, u32 weight)
-{
-	spinner_weight_changed(p);
 }
 
 /* Tunable (`--no-yield-in-place`): every sched_yield() ends the slice. */
@@ -527,7 +550,6 @@ SCX_OPS_DEFINE(vsched_ops,
 	       .stopping	= (void *)vsched_stopping,
 	       .tick		= (void *)vsched_tick,
 	       .yield		= (void *)vsched_yield,
-	       .set_weight	= (void *)vsched_set_weight,
 	       .update_idle	= (void *)vsched_update_idle,
 	       .enable		= (void *)vsched_enable,
 	       .exit_task	= (void *)vsched_exit_task,

@@ -7,15 +7,17 @@
  * run.
  *
  * The detector marks the thread's channel slot `spinning` (intf.h) and
- * changes the thread's nice level and back, which the kernel reports as
- * two set_weight calls: the first one that finds the thread running and
- * marked ends its slice at once (a kick). The tick does the same for a
- * mark whose kick was missed (the thread was between vCPUs). Dispatch
- * passes over the marked thread as over a waiting one (channel.bpf.h
- * dispatch_unmarked, bounded by VS_MARK_SKIP_NS since it last ran), and
- * its mark is cleared when it next runs after another task ran on that
- * vCPU: one skip per detection. A spinner that spins on is found again
- * within a sampling period and marked again.
+ * nudges it: a change of its scheduling that changes nothing (its
+ * utilisation clamps set to what they are), for which the kernel stops
+ * and restarts the running thread in place (main.bpf.c
+ * restarts_in_place). At that restart a marked spinner's slice ends
+ * (a kick). The tick does the same for a mark whose nudge came while the
+ * thread was not running. Dispatch passes over the marked thread as over
+ * a waiting one (channel.bpf.h dispatch_unmarked, bounded by
+ * VS_MARK_SKIP_NS since it last ran), and its mark is cleared when it
+ * next runs after another task ran on that vCPU (a restart in place is
+ * not one): one skip per detection. A spinner that spins on is found
+ * again within a sampling period and marked again.
  *
  * A mark is a hint like any other in the channel: it costs its thread
  * priority, never its turn. Only a thread marked while other normal work
@@ -32,17 +34,17 @@ static bool spinner_to_preempt(struct task_struct *p, s32 cpu)
 	return mark_of(p) == VS_MARKED_SPINNING && normal_waiting_for(cpu);
 }
 
-/* The kernel changed `p`'s weight (the detector's nudge after a mark,
- * among others): a marked spinner running with work waiting is kicked. */
-static void spinner_weight_changed(struct task_struct *p)
+/* `p` stops to be restarted in place (the detector's nudge among other
+ * changes of its scheduling): a marked spinner with work waiting for its
+ * vCPU is kicked off it. */
+static void spinner_restarting(struct task_struct *p)
 {
-	s32 cpu;
+	s32 cpu = scx_bpf_task_cpu(p);
 
-	if (reference_fifo || !scx_bpf_task_running(p))
+	/* A slice already ended: a kick on its way. */
+	if (!p->scx.slice || !spinner_to_preempt(p, cpu))
 		return;
-	cpu = scx_bpf_task_cpu(p);
-	if (!spinner_to_preempt(p, cpu))
-		return;
+	scx_bpf_task_set_slice(p, 0);
 	count(VS_STAT_SPINNERS_KICKED);
 	scx_bpf_kick_cpu(cpu, VS_KICK_PREEMPT);
 }
@@ -59,8 +61,7 @@ static void spinner_tick(struct task_struct *p, s32 cpu)
 
 /* `p` runs on `l`'s vCPU: if another task ran there since `p` last did,
  * its spin mark has been served (it was passed over, or nothing else
- * wanted the vCPU) and is cleared. The same task again is no switch: the
- * detector's nudge itself stops and restarts the running thread. */
+ * wanted the vCPU) and is cleared. */
 static void spinner_running(struct task_struct *p, struct vcpu_live *l)
 {
 	struct vs_channel *ch;

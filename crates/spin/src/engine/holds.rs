@@ -190,12 +190,28 @@ impl Engine {
 
     /// Makes the kernel tell the scheduler about `tid` now, so that a
     /// running spinner leaves its vCPU at once rather than at the next
-    /// tick (4 ms at HZ=250): its nice level one step and back, which the
-    /// scheduler sees as two weight changes (spinners.bpf.h). setpriority,
-    /// not sched_setattr, which would also fix the thread's slice as a
-    /// custom one. Journaled to the watchdog like a demotion, so that a
-    /// vsched killed between the two steps leaves no thread a step off.
+    /// tick (4 ms at HZ=250): the kernel stops and restarts it in place,
+    /// which the scheduler sees (spinners.bpf.h). Done by setting the
+    /// thread's utilisation clamps to what they are, which changes
+    /// nothing; on a kernel without utilisation clamps, by its nice level
+    /// one step and back (setpriority: sched_setattr would also fix its
+    /// slice as a custom one), journaled to the watchdog like a demotion
+    /// so that a vsched killed between the two steps leaves no thread a
+    /// step off.
     fn nudge(&mut self, tid: i32) {
+        if !self.nudge_by_nice {
+            match sched::restart_in_place(tid) {
+                Ok(()) => {
+                    self.stats.nudges += 1;
+                    return;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => self.nudge_by_nice = true,
+                Err(_) => {
+                    self.stats.sched_failures += 1;
+                    return;
+                }
+            }
+        }
         let Ok(original) = sched::get(tid) else {
             self.stats.sched_failures += 1;
             return;

@@ -88,6 +88,9 @@ pub struct Engine {
     /// vsched's scheduler's channel, spinners are handed to while it runs
     /// (None: not descheduling, or `channel` off).
     marks: Option<SpinMarks>,
+    /// The kernel has no utilisation clamps: spinners are nudged by their
+    /// nice level (holds.rs `nudge`).
+    nudge_by_nice: bool,
 }
 
 impl Engine {
@@ -131,6 +134,7 @@ impl Engine {
             relaxed: false,
             last_over_ns: monotonic_ns(),
             marks: None,
+            nudge_by_nice: false,
         };
         if engine.cfg.action == Action::Deschedule && engine.cfg.channel {
             engine.marks = Some(SpinMarks::new());

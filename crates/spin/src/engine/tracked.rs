@@ -105,6 +105,9 @@ impl Engine {
         if let Some(f) = &mut self.freezer {
             f.forget(tid);
         }
+        if let Some(m) = &mut self.marks {
+            m.forget(tid);
+        }
     }
 
     /// The process is gone: forgets every thread.
