@@ -243,6 +243,13 @@ fn a_narrowed_set_is_made_of_the_kernels_preferred_vcpus() {
     );
 }
 
+/// Reads of the narrowed set, 0.1 s apart, that must agree before the
+/// preference changes: a trial can narrow and be undone within 10 ms
+/// ("widened_at_once"), and a change made while the set was wide again is
+/// no change of a narrowed set (the next narrowing simply starts on the
+/// new preference, and nothing is counted).
+const STEADY_READS: u32 = 5;
+
 /// When the kernel's preferred-CPU mask changes while the set is narrow,
 /// the set moves onto the newly preferred vCPU at once (re-read every
 /// period), not at the next trial, which a steady narrowed set never
@@ -257,7 +264,9 @@ fn a_narrowed_set_follows_the_kernels_preferred_vcpus_when_they_change() {
     let script = format!(
         "{} vsched run --consolidate --consolidate-json /tmp/moved.json -- {} > /dev/null & V=$!; P=; \
          {FIND_PROGRAM} \
-         for i in $(seq 100); do N=$({single_cpu}); [ -n \"$N\" ] && break; sleep 0.1; done; \
+         L=; k=0; for i in $(seq 150); do N=$({single_cpu}); \
+         if [ -n \"$N\" ] && [ \"$N\" = \"$L\" ]; then k=$((k+1)); else k=0; fi; L=$N; \
+         [ $k -ge {STEADY_READS} ] && break; sleep 0.1; done; \
          echo \"before: $N\"; echo 0 > $S/preferred; \
          for i in $(seq 50); do N=$({single_cpu}); [ \"$N\" = 0 ] && break; sleep 0.1; done; \
          echo \"after: $N\"; wait $V; echo @moved; cat /tmp/moved.json; umount $S; ",
