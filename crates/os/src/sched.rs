@@ -115,7 +115,6 @@ pub fn get(tid: i32) -> io::Result<SchedAttr> {
 /// Sets thread `tid`'s scheduling attributes (0: the caller).
 pub fn set(tid: i32, a: &SchedAttr) -> io::Result<()> {
     let mut raw = RawAttr {
-        size: std::mem::size_of::<RawAttr>() as u32,
         policy: a.policy,
         flags: a.flags,
         nice: a.nice,

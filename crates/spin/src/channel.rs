@@ -88,11 +88,6 @@ impl SpinMarks {
         self.mapping.filter(|&p| is_live(p))
     }
 
-    /// Whether a scheduler reads the channel now.
-    pub fn scheduler_reads(&mut self, now_ns: u64) -> bool {
-        self.live(now_ns).is_some()
-    }
-
     /// Marks thread `tid` spinning, claiming its slot if free.
     pub fn mark(&mut self, tid: i32, now_ns: u64) -> MarkOutcome {
         let Some(p) = self.live(now_ns) else {
