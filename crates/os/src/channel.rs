@@ -4,6 +4,8 @@
 //! A test in crates/sched/src/channel.rs checks this mirror against the
 //! bindings generated from that header, field by field.
 
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
 /// Where `vsched sched` pins the channel's map while it runs (bpffs).
 pub const PIN: &str = "/sys/fs/bpf/vsched/channel";
 /// The same, NUL-terminated, for the runtime's raw bpf(2) call.
@@ -16,37 +18,41 @@ pub const VERSION: u32 = 3;
 /// Slots, one per thread id modulo this (intf.h VS_CHANNEL_SLOTS).
 pub const SLOTS: usize = 4096;
 
-/// intf.h `struct vs_channel_header`.
+/// intf.h `struct vs_channel_header`. The fields others change while a
+/// mapping is held are atomics (same size and alignment as the C words),
+/// so that a reference to the mapping never claims they stay put; the
+/// first three are written once, before the map is pinned.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Header {
     pub magic: u32,
     pub version: u32,
     pub slots: u32,
-    pub live: u32,
-    pub marked: u32,
+    pub live: AtomicU32,
+    pub marked: AtomicU32,
     pub reserved: [u32; 11],
 }
 
-/// intf.h `struct vs_channel_slot`.
+/// intf.h `struct vs_channel_slot`: every field is shared with the
+/// scheduler or another thread, hence atomic.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Slot {
-    pub tid: u32,
-    pub waiting: u32,
+    pub tid: AtomicU32,
+    pub waiting: AtomicU32,
     /// Written by the scheduler: the CPU the thread runs on plus one.
-    pub on_cpu: u32,
+    pub on_cpu: AtomicU32,
     /// Written by the scheduler: its vCPU's switch-offs while it ran.
-    pub switch_offs: u32,
+    pub switch_offs: AtomicU32,
     /// Written by the scheduler: when its slice ends (ns, monotonic).
-    pub slice_end_ns: u64,
+    pub slice_end_ns: AtomicU64,
     /// Written by the scheduler: its vCPU's predicted switch-off.
-    pub switch_off_ns: u64,
+    pub switch_off_ns: AtomicU64,
     /// Written by the thread: it reads the four fields above.
-    pub wants_run: u32,
+    pub wants_run: AtomicU32,
     /// Written by the spin detector: it found the thread spinning; cleared
     /// by the scheduler when it next runs the thread.
-    pub spinning: u32,
+    pub spinning: AtomicU32,
     pub reserved: [u32; 6],
 }
 
@@ -148,13 +154,9 @@ pub fn map_pinned() -> Option<core::ptr::NonNull<Channel>> {
         return None;
     }
     let ch = p.cast::<Channel>();
-    // SAFETY: the mapping is SIZE bytes long; `live` is read as the atomic
-    // the scheduler writes it with.
-    let (h, live) = unsafe {
-        let h = &(*ch).header;
-        let live = &*(&h.live as *const u32 as *const core::sync::atomic::AtomicU32);
-        (h, live.load(core::sync::atomic::Ordering::Relaxed))
-    };
+    // SAFETY: the mapping is SIZE bytes long, page-aligned.
+    let h = unsafe { &(*ch).header };
+    let live = h.live.load(Relaxed);
     if h.magic != MAGIC || h.version != VERSION || h.slots as usize != SLOTS || live == 0 {
         // SAFETY: this call's own mapping.
         unsafe { libc::munmap(p, SIZE) };

@@ -14,7 +14,7 @@
 //! its own holds.
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use core::sync::atomic::Ordering::SeqCst;
 use vsched_os::channel::{self as layout, Channel};
 
 /// Shortest time between two attempts to find the channel while there is
@@ -76,7 +76,7 @@ impl SpinMarks {
         let is_live = |p: NonNull<Channel>| {
             // SAFETY: a mapping of layout::SIZE bytes, kept until drop.
             let ch = unsafe { p.as_ref() };
-            atomic(&ch.header.live).load(SeqCst) != 0
+            ch.header.live.load(SeqCst) != 0
         };
         if self.mapping.is_some_and(|p| !is_live(p)) && now_ns >= self.next_attempt_ns {
             self.unmap();
@@ -98,24 +98,24 @@ impl SpinMarks {
         let ch = unsafe { &*p.as_ptr() };
         let tid = tid as u32;
         let slot = &ch.slots[layout::slot_of(tid)];
-        match atomic(&slot.tid).compare_exchange(0, tid, SeqCst, SeqCst) {
+        match slot.tid.compare_exchange(0, tid, SeqCst, SeqCst) {
             Ok(_) => self.claimed.push(tid),
             Err(owner) if owner == tid => {}
             Err(_) => return MarkOutcome::SlotTaken,
         }
-        if atomic(&slot.spinning).swap(1, SeqCst) != 0 {
+        if slot.spinning.swap(1, SeqCst) != 0 {
             return MarkOutcome::Pending;
         }
         // The thread may have exited since its sample, and the scheduler
         // freed its slot in between (and a new thread taken it): a mark
         // left there would count for nobody.
-        if atomic(&slot.tid).load(SeqCst) != tid {
-            atomic(&slot.spinning).store(0, SeqCst);
+        if slot.tid.load(SeqCst) != tid {
+            slot.spinning.store(0, SeqCst);
             return MarkOutcome::SlotTaken;
         }
         // The mark counts once: dispatch looks for marked tasks only while
         // the header's count is not 0.
-        atomic(&ch.header.marked).fetch_add(1, SeqCst);
+        ch.header.marked.fetch_add(1, SeqCst);
         self.marked.push(tid);
         if self.marked.len() > layout::SLOTS {
             self.forget_served();
@@ -133,7 +133,7 @@ impl SpinMarks {
         let ch = unsafe { p.as_ref() };
         self.marked.retain(|&tid| {
             let slot = &ch.slots[layout::slot_of(tid)];
-            atomic(&slot.tid).load(SeqCst) == tid && atomic(&slot.spinning).load(SeqCst) != 0
+            slot.tid.load(SeqCst) == tid && slot.spinning.load(SeqCst) != 0
         });
         self.marked.sort_unstable();
         self.marked.dedup();
@@ -149,9 +149,8 @@ impl SpinMarks {
         let ch = unsafe { p.as_ref() };
         for tid in self.marked.drain(..) {
             let slot = &ch.slots[layout::slot_of(tid)];
-            if atomic(&slot.tid).load(SeqCst) == tid && atomic(&slot.spinning).swap(0, SeqCst) != 0
-            {
-                atomic(&ch.header.marked).fetch_sub(1, SeqCst);
+            if slot.tid.load(SeqCst) == tid && slot.spinning.swap(0, SeqCst) != 0 {
+                ch.header.marked.fetch_sub(1, SeqCst);
             }
         }
     }
@@ -170,13 +169,13 @@ impl SpinMarks {
         // SAFETY: as in `live`.
         let ch = unsafe { p.as_ref() };
         let slot = &ch.slots[layout::slot_of(tid)];
-        if atomic(&slot.tid).load(SeqCst) != tid {
+        if slot.tid.load(SeqCst) != tid {
             return;
         }
-        if atomic(&slot.spinning).swap(0, SeqCst) != 0 {
-            atomic(&ch.header.marked).fetch_sub(1, SeqCst);
+        if slot.spinning.swap(0, SeqCst) != 0 {
+            ch.header.marked.fetch_sub(1, SeqCst);
         }
-        let _ = atomic(&slot.tid).compare_exchange(tid, 0, SeqCst, SeqCst);
+        let _ = slot.tid.compare_exchange(tid, 0, SeqCst, SeqCst);
     }
 
     fn unmap(&mut self) {
@@ -200,30 +199,25 @@ impl Drop for SpinMarks {
     }
 }
 
-/// A u32 field of the shared mapping, accessed as an atomic: the scheduler
-/// and the program's threads write the same words.
-fn atomic(field: &u32) -> &AtomicU32 {
-    // SAFETY: AtomicU32 has u32's size and alignment; the field lives in a
-    // mapping kept while the reference lives, and every access is atomic.
-    unsafe { &*(field as *const u32 as *const AtomicU32) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A channel in ordinary memory, as a live scheduler leaves it.
     fn channel() -> Box<Channel> {
-        // SAFETY: Channel is plain integers, for which all zeroes is valid.
+        // SAFETY: Channel is plain integers and atomics, for which all
+        // zeroes is valid.
         let mut ch: Box<Channel> = unsafe { Box::new_zeroed().assume_init() };
         ch.header.magic = layout::MAGIC;
         ch.header.version = layout::VERSION;
         ch.header.slots = layout::SLOTS as u32;
-        ch.header.live = 1;
+        ch.header.live.store(1, SeqCst);
         ch
     }
 
-    fn marks_over(ch: &mut Channel) -> SpinMarks {
+    /// A detector over `ch`, which the test keeps reading and writing
+    /// (through the atomics, as the scheduler would) while it runs.
+    fn marks_over(ch: &Channel) -> SpinMarks {
         SpinMarks {
             mapping: Some(NonNull::from(ch)),
             owns_mapping: false,
@@ -233,70 +227,74 @@ mod tests {
         }
     }
 
+    /// A slot's owner and mark, and the header's count.
+    fn seen(ch: &Channel, tid: u32) -> (u32, u32, u32) {
+        let slot = &ch.slots[layout::slot_of(tid)];
+        (
+            slot.tid.load(SeqCst),
+            slot.spinning.load(SeqCst),
+            ch.header.marked.load(SeqCst),
+        )
+    }
+
     #[test]
     fn a_mark_claims_a_free_slot_and_counts_once() {
-        let mut ch = channel();
-        let mut marks = marks_over(&mut ch);
+        let ch = channel();
+        let mut marks = marks_over(&ch);
         assert_eq!(marks.mark(4100, 0), MarkOutcome::Marked);
+        assert_eq!(seen(&ch, 4100), (4100, 1, 1));
         assert_eq!(marks.mark(4100, 0), MarkOutcome::Pending);
+        assert_eq!(seen(&ch, 4100), (4100, 1, 1));
         drop(marks);
         // Cleared when the detector stops, the claim left to the scheduler.
-        let slot = &ch.slots[layout::slot_of(4100)];
-        assert_eq!((slot.tid, slot.spinning, ch.header.marked), (4100, 0, 0));
+        assert_eq!(seen(&ch, 4100), (4100, 0, 0));
     }
 
     #[test]
     fn a_mark_the_scheduler_served_is_set_again() {
-        let mut ch = channel();
-        let mut marks = marks_over(&mut ch);
+        let ch = channel();
+        let mut marks = marks_over(&ch);
         assert_eq!(marks.mark(7, 0), MarkOutcome::Marked);
         // The scheduler ran the thread: it clears the mark and the count.
-        let p = marks.mapping.unwrap().as_ptr();
-        // SAFETY: the test's own channel, not otherwise borrowed here.
-        unsafe {
-            (*p).slots[7].spinning = 0;
-            (*p).header.marked -= 1;
-        }
+        ch.slots[7].spinning.store(0, SeqCst);
+        ch.header.marked.fetch_sub(1, SeqCst);
         assert_eq!(marks.mark(7, 0), MarkOutcome::Marked);
-        // SAFETY: as above.
-        assert_eq!(unsafe { (*p).header.marked }, 1);
+        assert_eq!(seen(&ch, 7), (7, 1, 1));
     }
 
     #[test]
     fn a_slot_claimed_for_a_thread_is_released_when_it_is_gone() {
-        let mut ch = channel();
-        let mut marks = marks_over(&mut ch);
+        let ch = channel();
+        let mut marks = marks_over(&ch);
         assert_eq!(marks.mark(11, 0), MarkOutcome::Marked);
         marks.forget(11);
         // A thread it did not claim for keeps its slot.
-        let p = marks.mapping.unwrap().as_ptr();
-        // SAFETY: the test's own channel, not otherwise borrowed here.
-        unsafe { (*p).slots[12].tid = 12 };
+        ch.slots[12].tid.store(12, SeqCst);
         assert_eq!(marks.mark(12, 0), MarkOutcome::Marked);
         marks.forget(12);
         drop(marks);
-        assert_eq!((ch.slots[11].tid, ch.slots[11].spinning), (0, 0));
-        assert_eq!((ch.slots[12].tid, ch.slots[12].spinning), (12, 0));
-        assert_eq!(ch.header.marked, 0);
+        assert_eq!(seen(&ch, 11), (0, 0, 0));
+        assert_eq!(seen(&ch, 12), (12, 0, 0));
     }
 
     #[test]
     fn a_slot_held_by_another_thread_is_not_marked() {
-        let mut ch = channel();
-        ch.slots[layout::slot_of(5)].tid = 5 + layout::SLOTS as u32;
-        let mut marks = marks_over(&mut ch);
+        let ch = channel();
+        let other = 5 + layout::SLOTS as u32;
+        ch.slots[layout::slot_of(5)].tid.store(other, SeqCst);
+        let mut marks = marks_over(&ch);
         assert_eq!(marks.mark(5, 0), MarkOutcome::SlotTaken);
         drop(marks);
-        assert_eq!((ch.slots[5].spinning, ch.header.marked), (0, 0));
+        assert_eq!(seen(&ch, 5), (other, 0, 0));
     }
 
     #[test]
     fn nothing_is_marked_once_the_scheduler_stopped() {
-        let mut ch = channel();
-        ch.header.live = 0;
-        let mut marks = marks_over(&mut ch);
+        let ch = channel();
+        ch.header.live.store(0, SeqCst);
+        let mut marks = marks_over(&ch);
         assert_eq!(marks.mark(9, 0), MarkOutcome::NoScheduler);
         drop(marks);
-        assert_eq!((ch.slots[9].tid, ch.header.marked), (0, 0));
+        assert_eq!(seen(&ch, 9), (0, 0, 0));
     }
 }

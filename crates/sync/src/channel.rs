@@ -32,7 +32,7 @@ use crate::marks::{Flag, Registry};
 use crate::stats::{bump, Counter};
 use core::cell::Cell;
 use core::sync::atomic::{
-    AtomicPtr, AtomicU32, AtomicU64,
+    AtomicPtr, AtomicU64,
     Ordering::{Relaxed, SeqCst},
 };
 use vsched_os::channel::{self as layout, Channel};
@@ -152,15 +152,15 @@ pub struct Published {
 pub fn published() -> Option<Published> {
     let ch = live_channel()?;
     let slot = &ch.slots[claimed_slot(ch)?];
-    let wants = as_atomic(&slot.wants_run);
+    let wants = &slot.wants_run;
     if wants.load(Relaxed) == 0 {
         wants.store(1, Relaxed);
     }
     Some(Published {
-        on_cpu: as_atomic(&slot.on_cpu).load(Relaxed),
-        switch_offs: as_atomic(&slot.switch_offs).load(Relaxed),
-        slice_end_ns: as_atomic64(&slot.slice_end_ns).load(Relaxed),
-        switch_off_ns: as_atomic64(&slot.switch_off_ns).load(Relaxed),
+        on_cpu: slot.on_cpu.load(Relaxed),
+        switch_offs: slot.switch_offs.load(Relaxed),
+        slice_end_ns: slot.slice_end_ns.load(Relaxed),
+        switch_off_ns: slot.switch_off_ns.load(Relaxed),
     })
 }
 
@@ -168,8 +168,8 @@ pub fn published() -> Option<Published> {
 /// scheduler reads them (READ_ONCE) and updates them (exchanges).
 fn flag_of(ch: &'static Channel, index: usize) -> Flag<'static> {
     Flag {
-        flag: as_atomic(&ch.slots[index].waiting),
-        marked: as_atomic(&ch.header.marked),
+        flag: &ch.slots[index].waiting,
+        marked: &ch.header.marked,
     }
 }
 
@@ -184,7 +184,7 @@ fn mapped() -> Option<&'static Channel> {
 /// The channel, if its scheduler runs; maps it when due.
 fn live_channel() -> Option<&'static Channel> {
     if let Some(ch) = mapped() {
-        if as_atomic(&ch.header.live).load(Relaxed) != 0 {
+        if ch.header.live.load(Relaxed) != 0 {
             return Some(ch);
         }
     }
@@ -208,7 +208,7 @@ fn live_channel() -> Option<&'static Channel> {
     bump(Counter::channel_attached);
     // SAFETY: as in `mapped`.
     let ch = unsafe { &*ch };
-    (as_atomic(&ch.header.live).load(Relaxed) != 0).then_some(ch)
+    (ch.header.live.load(Relaxed) != 0).then_some(ch)
 }
 
 /// Maps the pinned channel (vsched_os::channel::map_pinned, which
@@ -231,14 +231,14 @@ fn claimed_slot(ch: &'static Channel) -> Option<usize> {
         return Some(s - 1);
     }
     let index = layout::slot_of(tid as u32);
-    let owner = as_atomic(&ch.slots[index].tid);
+    let owner = &ch.slots[index].tid;
     let claimed = owner.compare_exchange(0, tid as u32, SeqCst, Relaxed);
     if claimed.is_err() && claimed != Err(tid as u32) {
         return None;
     }
     if claimed.is_ok() {
         // A fresh claim asks for nothing until `published` does.
-        as_atomic(&ch.slots[index].wants_run).store(0, Relaxed);
+        ch.slots[index].wants_run.store(0, Relaxed);
     }
     CLAIM.with(|c| c.set((tid, at, index + 1)));
     Some(index)
@@ -247,20 +247,4 @@ fn claimed_slot(ch: &'static Channel) -> Option<usize> {
 #[cfg(loom)]
 fn claimed_slot(_ch: &'static Channel) -> Option<usize> {
     None
-}
-
-/// A u32 field of the shared mapping, accessed as an atomic: the
-/// scheduler and other threads read and write it concurrently.
-fn as_atomic(field: &u32) -> &AtomicU32 {
-    // SAFETY: AtomicU32 has u32's size and alignment; the field lives in a
-    // mapping that is never unmapped, and every access to it is atomic.
-    unsafe { &*(field as *const u32 as *const AtomicU32) }
-}
-
-/// A u64 field of the shared mapping, as an atomic (the scheduler writes
-/// it with single stores, WRITE_ONCE).
-fn as_atomic64(field: &u64) -> &AtomicU64 {
-    // SAFETY: as in `as_atomic`; the u64 fields are 8-aligned in a slot
-    // that is 64-aligned (intf.h; checked by crates/sched's layout test).
-    unsafe { &*(field as *const u64 as *const AtomicU64) }
 }
