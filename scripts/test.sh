@@ -68,6 +68,12 @@ for file in crates/cli/tests/*.rs; do
   name=$(basename "$file" .rs)
   [[ " ${scheduler_tests[*]} " == *" $name "* ]] || other_cli_tests+=(--test "$name")
 done
+# The list is the files' names: a test target cargo finds another way
+# would be left out silently.
+if compgen -G 'crates/cli/tests/*/main.rs' >/dev/null || grep -q '^\[\[test\]\]' crates/cli/Cargo.toml; then
+  echo "crates/cli has a test target that is not a tests/*.rs file: list it in scripts/test.sh" >&2
+  exit 1
+fi
 cargo test --release --workspace --exclude vsched --all-targets
 cargo test --release -p vsched --bins "${other_cli_tests[@]}"
 # Each kernel's verifier judges the BPF object on its own (6.18.15's once
@@ -75,7 +81,12 @@ cargo test --release -p vsched --bins "${other_cli_tests[@]}"
 # scheduler in its own order: the oldest and the newest run every
 # scheduler test, and every other kernel loads the scheduler for a program.
 vsched="${CARGO_TARGET_DIR:-target}/release/vsched"
-mapfile -t kernels < <("$vsched" lab kernels --versions)
+versions=$("$vsched" lab kernels --versions)
+mapfile -t kernels <<<"$versions"
+if [ -z "$versions" ] || [ ${#kernels[@]} -eq 0 ]; then
+  echo "vsched lab kernels listed no kernel" >&2
+  exit 1
+fi
 oldest=${kernels[0]}
 newest=${kernels[${#kernels[@]}-1]}
 scheduler_targets=()

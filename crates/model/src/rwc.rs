@@ -78,7 +78,16 @@ pub fn choose(report: &ProbeReport) -> Vec<Visibility> {
 pub const CONFIRMING_REPORTS: u32 = 2;
 
 /// RWC's choice made steady: a vCPU changes visibility only after
-/// [`CONFIRMING_REPORTS`] reports in a row asked for it.
+/// [`CONFIRMING_REPORTS`] reports in a row asked for it. Where the change
+/// is of its straggler verdict, the reports must also rest on different
+/// heavy windows (`overhead.heavy_steps`): a vCPU's speed, half of its
+/// capacity, is measured only there (every 5 s under `--watch`, and in the
+/// step after a far reading), and the light-only reports in between repeat
+/// it, so they confirm nothing. (In a lab guest, one heavy window disturbed
+/// by the emulator read three of four vCPUs 2-200x slow; the two light-only
+/// reports after it "confirmed" it, and the daemon hid every vCPU but the
+/// slowest-reading one.) A report without `overhead` (not `--watch`) counts
+/// as fresh.
 #[derive(Debug, Clone, Default)]
 pub struct Steady {
     /// Per vCPU number: the visibility in force, and the one asked for
@@ -91,6 +100,8 @@ struct SteadyVcpu {
     current: Visibility,
     asked: Visibility,
     asked_times: u32,
+    /// The heavy windows behind the last report counted for `asked`.
+    asked_heavy_steps: Option<u64>,
 }
 
 impl Steady {
@@ -99,13 +110,20 @@ impl Steady {
     /// of the report stays visible whatever the history.
     pub fn update(&mut self, report: &ProbeReport) -> Vec<u32> {
         let asked_now = choose(report);
+        let heavy_steps = report.overhead.map(|o| o.heavy_steps);
         for (v, &asked) in report.vcpus.iter().zip(&asked_now) {
             let s = self.vcpus.entry(v.cpu).or_default();
-            if asked == s.asked {
-                s.asked_times = s.asked_times.saturating_add(1);
-            } else {
+            if asked != s.asked {
                 s.asked = asked;
                 s.asked_times = 1;
+                s.asked_heavy_steps = heavy_steps;
+            } else {
+                let new_speed_needed = asked.straggler != s.current.straggler;
+                let fresh = heavy_steps.is_none() || heavy_steps != s.asked_heavy_steps;
+                if !new_speed_needed || fresh {
+                    s.asked_times = s.asked_times.saturating_add(1);
+                    s.asked_heavy_steps = heavy_steps;
+                }
             }
             if s.asked_times >= CONFIRMING_REPORTS {
                 s.current = s.asked;
@@ -234,6 +252,52 @@ mod tests {
         // ...and it comes back the same way.
         assert_eq!(steady.update(&calm), vec![1]);
         assert!(steady.update(&calm).is_empty());
+    }
+
+    /// `report` as the `heavy_steps`-th heavy window of `--watch` left it.
+    fn after_heavy(mut r: ProbeReport, heavy_steps: u64) -> ProbeReport {
+        r.overhead = Some(crate::report::Overhead {
+            heavy_steps,
+            ..Default::default()
+        });
+        r
+    }
+
+    /// Regression (daemon_rwc in CI): one disturbed heavy window read
+    /// vCPUs slow, the light-only reports after it repeated that speed,
+    /// and their "agreement" hid the vCPUs. A straggler verdict now waits
+    /// for a second heavy window.
+    #[test]
+    fn a_straggler_read_in_one_heavy_window_waits_for_the_next_one() {
+        let calm = report(vec![vcpu(0, 1024, false, &[]), vcpu(1, 1000, false, &[])]);
+        let slow = report(vec![vcpu(0, 1024, false, &[]), vcpu(1, 100, true, &[])]);
+        let mut steady = Steady::default();
+        assert!(steady.update(&after_heavy(calm.clone(), 1)).is_empty());
+        // The disturbed window, then light-only reports that repeat it.
+        for _ in 0..4 {
+            assert!(steady.update(&after_heavy(slow.clone(), 2)).is_empty());
+        }
+        // The next heavy window reads the vCPU well again: nothing moved.
+        assert!(steady.update(&after_heavy(calm.clone(), 3)).is_empty());
+        // A real straggler is confirmed by the next heavy window...
+        assert!(steady.update(&after_heavy(slow.clone(), 4)).is_empty());
+        assert_eq!(steady.update(&after_heavy(slow.clone(), 5)), vec![1]);
+        // ...and given back the same way.
+        assert_eq!(steady.update(&after_heavy(calm.clone(), 5)), vec![1]);
+        assert_eq!(steady.update(&after_heavy(calm.clone(), 5)), vec![1]);
+        assert!(steady.update(&after_heavy(calm, 6)).is_empty());
+    }
+
+    /// Stacking is not read in heavy windows: two reports in a row still
+    /// confirm it, whatever their heavy windows.
+    #[test]
+    fn stacking_is_confirmed_by_two_reports_without_a_heavy_window() {
+        let apart = report(vec![vcpu(0, 1024, false, &[]), vcpu(1, 1000, false, &[])]);
+        let stacked = report(vec![vcpu(0, 1024, false, &[1]), vcpu(1, 1000, false, &[0])]);
+        let mut steady = Steady::default();
+        assert!(steady.update(&after_heavy(apart, 1)).is_empty());
+        assert!(steady.update(&after_heavy(stacked.clone(), 1)).is_empty());
+        assert_eq!(steady.update(&after_heavy(stacked, 1)), vec![1]);
     }
 
     #[test]

@@ -154,7 +154,9 @@ pub fn map_pinned() -> Option<core::ptr::NonNull<Channel>> {
         return None;
     }
     let ch = p.cast::<Channel>();
-    // SAFETY: the mapping is SIZE bytes long, page-aligned.
+    // SAFETY: the mapping is SIZE bytes long and page-aligned; magic,
+    // version and slots are plain words because the scheduler writes them
+    // once, before it pins the map.
     let h = unsafe { &(*ch).header };
     let live = h.live.load(Relaxed);
     if h.magic != MAGIC || h.version != VERSION || h.slots as usize != SLOTS || live == 0 {

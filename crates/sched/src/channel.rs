@@ -49,7 +49,7 @@ impl Drop for ChannelPin {
 #[cfg(test)]
 mod tests {
     use crate::bpf_intf as c;
-    use std::mem::{offset_of, size_of};
+    use std::mem::{align_of, offset_of, size_of};
     use vsched_os::channel as rust;
 
     /// The runtime reads and writes the channel through vsched-os's
@@ -62,6 +62,12 @@ mod tests {
         assert_eq!(size_of::<c::vs_channel>(), rust::SIZE);
         assert_eq!(size_of::<c::vs_channel_header>(), size_of::<rust::Header>());
         assert_eq!(size_of::<c::vs_channel_slot>(), size_of::<rust::Slot>());
+        assert_eq!(align_of::<c::vs_channel>(), align_of::<rust::Channel>());
+        assert_eq!(
+            align_of::<c::vs_channel_header>(),
+            align_of::<rust::Header>()
+        );
+        assert_eq!(align_of::<c::vs_channel_slot>(), align_of::<rust::Slot>());
         assert_eq!(
             offset_of!(c::vs_channel, slots),
             offset_of!(rust::Channel, slots)

@@ -83,8 +83,8 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
     for c in commands {
         args.extend(["--cmd", c]);
     }
-    // scripts/test.sh runs the scheduler's tests again on other kernels of
-    // the sched_ext matrix (docs/lab.md, "Kernels"); the layouts of other
+    // scripts/test.sh runs the scheduler's tests on chosen kernels of the
+    // sched_ext matrix (docs/lab.md, "Kernels"); the layouts of other
     // kernels (the probe's, a kernel without sched_ext) stay as they are.
     let l = layout(layout_path);
     let version = std::env::var("VSCHED_TEST_KERNEL_VERSION").ok();
