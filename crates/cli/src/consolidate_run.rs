@@ -8,7 +8,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use vsched_consolidate::{preferred, watchdog::Journal, Consolidator, Options, Report};
+use vsched_consolidate::{
+    preferred, watchdog::Journal, Consolidator, Options, ProcessTree, Report,
+};
 
 /// A consolidation under way.
 pub struct Running {
@@ -28,10 +30,9 @@ pub fn start(pid: i32) -> Result<Running> {
     let program_ended = Arc::new(AtomicBool::new(false));
     let ended = program_ended.clone();
     let options = Options {
-        cpus,
         preferred_file: Some(preferred::KERNEL_FILE.into()),
     };
-    let consolidator = Consolidator::new(pid, options, Some(journal));
+    let consolidator = Consolidator::new(ProcessTree::new(pid, cpus, None, Some(journal)), options);
     let thread = std::thread::Builder::new()
         .name("consolidate".into())
         .spawn(move || {

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
+use vsched_daemon::consolidate::{Consolidations, SharedRwc};
 use vsched_daemon::history::History;
 use vsched_daemon::rwc::{self, CpusetRwc, DEFAULT_STATE_FILE};
 use vsched_daemon::state::{self, DaemonStatus, Latest, Running, RwcStatus};
@@ -53,6 +54,17 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
   SIGKILL its watchdog process puts it back, and so do the next start and
   `vsched daemon --restore` (the systemd unit's ExecStopPost). With
   --dry-run it only prints what it would write.
+
+  With --consolidate-cgroups the daemon also narrows each of those
+  cgroups to the fewest of the vCPUs RWC leaves it that carry its threads'
+  work (Gleaner's consolidation, as `vsched run --consolidate` does for a
+  program): every 100 ms it compares the threads' progress before and
+  after a trial move, and widens the cpuset at once when threads that run
+  long must wait. vCPUs join in the kernel's preferred order where it has
+  one, then lowest-numbered first. It helps programs whose threads block
+  and wake often (pipelines, barriers) on VMs where waking an idle vCPU is
+  dear; CPU-bound work keeps every vCPU. The cpusets are saved and put back
+  as RWC's are.
 
 THE SCHEDULER (--sched, for kernels with sched_ext)
   With --sched the daemon loads vsched's sched_ext scheduler (what `vsched
@@ -111,6 +123,10 @@ pub struct DaemonArgs {
     #[arg(long, requires = "rwc_cgroups")]
     dry_run: bool,
 
+    /// Also narrow each --rwc-cgroup to the fewest vCPUs its threads need (Gleaner's consolidation by cpuset, for kernels without sched_ext)
+    #[arg(long, requires = "rwc_cgroups")]
+    consolidate_cgroups: bool,
+
     /// Put back the cpusets a daemon that was killed left changed (from --rwc-state), and exit
     #[arg(long, conflicts_with_all = ["rwc_cgroups", "dry_run"])]
     restore: bool,
@@ -136,8 +152,13 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         return restore(&args.rwc_state, args.after_stdin_closes);
     }
     if !args.sched && args.sched_tunables != Tunables::default() {
+        let hint = if args.sched_tunables.consolidate && !args.rwc_cgroups.is_empty() {
+            " (to consolidate the --rwc-cgroup cgroups without the scheduler: --consolidate-cgroups)"
+        } else {
+            ""
+        };
         anyhow::bail!(
-            "the scheduler's flags (--no-rwc, --consolidate, --slice, ...) take effect only with --sched"
+            "the scheduler's flags (--no-rwc, --consolidate, --slice, ...) take effect only with --sched{hint}"
         );
     }
     if !args.listen.ip().is_loopback() {
@@ -160,7 +181,7 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // after it: the watchdog must not wake while this daemon's own restore
     // may still be due.
     let mut _watchdog = None;
-    let rwc = start_rwc(&groups, &args)?;
+    let rwc: Option<SharedRwc> = start_rwc(&groups, &args)?.map(|r| Arc::new(Mutex::new(r)));
     if rwc.is_some() && !args.dry_run {
         // Holds the watchdog's standard input open while this process lives.
         _watchdog = Some(spawn_watchdog(&args.rwc_state)?);
@@ -179,7 +200,14 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     state::serve_status(status_socket, Arc::clone(&latest))
         .context("starting the status socket")?;
     let sched = start_sched(&args)?;
-    let mut daemon = Running::new(metrics, latest, rwc, sched);
+    let consolidations = match rwc.as_ref().filter(|_| args.consolidate_cgroups) {
+        Some(rwc) => Some(
+            Consolidations::start(rwc, Some(vsched_consolidate::preferred::KERNEL_FILE.into()))
+                .context("starting the cgroups' consolidation")?,
+        ),
+        None => None,
+    };
+    let mut daemon = Running::new(metrics, latest, rwc, consolidations, sched);
     let reports = start_probers(&args)?;
     eprintln!("vsched daemon: metrics at http://{bound}/metrics (Ctrl-C or SIGTERM to stop)");
     serve_until_stopped(&mut daemon, &reports)?;
@@ -190,6 +218,9 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
     // After an ejection the kernel's own was back long ago (said then).
     if stopped.sched.as_ref().is_some_and(|e| e.ejected.is_none()) {
         eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
+    }
+    for (group, report) in groups.iter().zip(&stopped.consolidations) {
+        eprintln!("{}", consolidation_summary(group, report));
     }
     let clean = stopped.rwc.as_ref().is_none_or(report_outcome);
     eprintln!("vsched daemon: stopped");
@@ -346,6 +377,24 @@ fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>>
         report_recovered(&r);
     }
     Ok(Some(rwc))
+}
+
+/// One line per consolidated cgroup, at the end.
+fn consolidation_summary(group: &std::path::Path, r: &vsched_consolidate::Report) -> String {
+    let c = &r.counts;
+    format!(
+        "vsched daemon: consolidation of {}: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} write(s) failed; own CPU {:.3} s",
+        group.display(),
+        r.mean_active,
+        r.cpus.len(),
+        r.duration_s,
+        c.trials_narrowed,
+        c.trials_widened,
+        c.trials_undone,
+        c.widened_at_once,
+        r.placement.failures,
+        r.own_cpu_s
+    )
 }
 
 fn print_change(c: &rwc::Change) {

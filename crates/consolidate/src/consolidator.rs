@@ -1,11 +1,13 @@
-//! The loop: every tick, the program's threads and their demand; every
+//! The loop: every tick, the target's threads and their demand; every
 //! period, a step of the trials (vsched_sched::policy::Trials); the set
 //! applied to the threads; at the end, everything put back and a report.
+//! What the threads are and how they get their set is the target's
+//! (crate::target).
 
 use crate::demand::Demand;
-use crate::placement::{Placement, PlacementCounts};
-use crate::tree::{self, Tree};
-use crate::watchdog::Journal;
+use crate::placement::PlacementCounts;
+use crate::target::Target;
+use crate::tree;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -35,11 +37,8 @@ const SETTLED_PERIODS_PER_WALK: u32 = 5;
 /// thread queued at two slice ends in a row in the scheduler's form.
 const WIDEN_WAIT_PER_TICK_DIVISOR: u64 = 2;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// The vCPUs the program may use: the active set is n of them, the
-    /// preferred ones first, then the lowest-numbered.
-    pub cpus: Vec<u32>,
     /// Where the kernel publishes its preferred CPUs
     /// (crate::preferred::KERNEL_FILE), read at the start and every
     /// period: the preferred ones join the set first. None: no preference.
@@ -98,20 +97,17 @@ pub struct Report {
     pub active_over_time: Vec<Point>,
 }
 
-pub struct Consolidator {
-    root: i32,
+pub struct Consolidator<T: Target> {
     preferred_file: Option<PathBuf>,
     /// The preferred CPUs last read from `preferred_file`.
     preferred: Option<Vec<u32>>,
-    placement: Placement,
+    target: T,
     demand: Demand,
     trials: Trials,
     active: usize,
     counts: Counts,
     timeline: Vec<Point>,
     began: Instant,
-    /// The set vsched's own threads run on (place_vsched).
-    own_set: Vec<u32>,
     /// When the threads' counters were last read.
     last_reading: Instant,
     /// Long runners at the last period (crate::demand::Period).
@@ -120,18 +116,17 @@ pub struct Consolidator {
     settled_periods: u32,
 }
 
-impl Consolidator {
-    /// Consolidates process `root` and its descendants, starting on every
-    /// vCPU of `opts.cpus`.
-    pub fn new(root: i32, opts: Options, journal: Option<Journal>) -> Consolidator {
-        let active = opts.cpus.len();
+impl<T: Target> Consolidator<T> {
+    /// Consolidates `target`'s threads, starting on every vCPU it may use.
+    pub fn new(mut target: T, opts: Options) -> Consolidator<T> {
         let preferred = opts
             .preferred_file
             .as_deref()
             .and_then(crate::preferred::read);
+        target.prefer(preferred.as_deref());
+        let active = target.max();
         Consolidator {
-            root,
-            placement: Placement::new(opts.cpus, preferred.as_deref(), journal),
+            target,
             preferred_file: opts.preferred_file,
             preferred,
             demand: Demand::default(),
@@ -140,14 +135,13 @@ impl Consolidator {
             counts: Counts::default(),
             timeline: vec![Point { t_s: 0.0, active }],
             began: Instant::now(),
-            own_set: Vec::new(),
             last_reading: Instant::now(),
             long_runners: 0,
             settled_periods: 0,
         }
     }
 
-    /// Runs until `stop` says so or the program's tree is empty, then
+    /// Runs until `stop` says so or the target has no threads left, then
     /// gives every thread back and reports.
     pub fn run(mut self, stop: impl Fn() -> bool) -> Report {
         let cpu0 = vsched_os::clock::thread_cpu_ns();
@@ -155,7 +149,6 @@ impl Consolidator {
         let mut next_tick = Instant::now();
         let mut next_period = next_tick + period;
         let mut tasks = Vec::new();
-        let mut tree = Tree::default();
         // Ticks of TICK while the set can widen; a walk every TICKS_PER_WALK.
         let mut tick_no: u64 = 0;
         while !stop() {
@@ -165,10 +158,11 @@ impl Consolidator {
                 !self.settled_wide() || self.settled_periods % SETTLED_PERIODS_PER_WALK == 0
             };
             if walk {
-                tasks = tree.tasks(self.root);
-                if tasks.is_empty() {
+                let Some(now) = self.target.tasks() else {
                     break;
-                }
+                };
+                tasks = now;
+                self.follow_max();
             }
             self.tick(&tasks, walk);
             let now = Instant::now();
@@ -193,15 +187,25 @@ impl Consolidator {
                 None => next_tick = Instant::now(),
             }
         }
-        self.placement.restore();
-        self.placement.close_journal();
-        self.place_vsched(&self.placement.set_of(self.placement.max()));
+        self.target.restore();
         let own = vsched_os::clock::thread_cpu_ns().saturating_sub(cpu0);
         self.report(own)
     }
 
     fn can_widen(&self) -> bool {
-        self.active < self.placement.max()
+        self.active < self.target.max()
+    }
+
+    /// Keeps the set within what the target allows now (a cgroup's
+    /// usable vCPUs change as RWC hides and gives back vCPUs). A set that
+    /// had to shrink voids any trial's comparison.
+    fn follow_max(&mut self) {
+        let max = self.target.max().max(1);
+        if self.active > max {
+            self.active = max;
+            self.trials.upset();
+            self.moved();
+        }
     }
 
     /// At the widest set with a long runner for every vCPU and no trial
@@ -216,8 +220,7 @@ impl Consolidator {
 
     fn tick(&mut self, tasks: &[tree::Task], walked: bool) {
         self.counts.ticks += 1;
-        // Threads the program placed itself are not the set's to serve.
-        let t = self.demand.tick(&self.placement.placed(tasks));
+        let t = self.demand.tick(&self.target.counted(tasks));
         // The first reading after a narrowing covers up to a walk's time.
         let since_ns = std::mem::replace(&mut self.last_reading, Instant::now())
             .elapsed()
@@ -233,14 +236,9 @@ impl Consolidator {
         self.apply(tasks, walked);
     }
 
-    /// Gives the program's threads, and vsched's own, the active set.
+    /// Gives the threads the active set.
     fn apply(&mut self, tasks: &[tree::Task], check: bool) {
-        self.placement.apply(tasks, self.active, check);
-        let set = self.placement.set_of(self.active);
-        if set != self.own_set {
-            self.place_vsched(&set);
-            self.own_set = set;
-        }
+        self.target.apply(tasks, self.active, check);
     }
 
     fn period(&mut self, tasks: &[tree::Task], now: Instant) {
@@ -295,7 +293,7 @@ impl Consolidator {
                 } else {
                     self.active -= 1;
                 }
-                self.active = self.active.clamp(1, self.placement.max());
+                self.active = self.active.clamp(1, self.target.max());
                 self.counts.trials_undone += 1;
             }
             _ => return,
@@ -319,24 +317,14 @@ impl Consolidator {
             return false;
         }
         self.preferred = now;
-        let before = self.placement.set_of(self.active);
-        if !self.placement.prefer(self.preferred.as_deref())
-            || self.placement.set_of(self.active) == before
+        let before = self.target.set_of(self.active);
+        if !self.target.prefer(self.preferred.as_deref())
+            || self.target.set_of(self.active) == before
         {
             return false;
         }
         self.counts.preference_changes += 1;
         true
-    }
-
-    /// Puts this thread and vsched's main thread (which waits for the
-    /// program, polling) on `set`: their own wake-ups must not wake a
-    /// vCPU the program has left. Best effort: where it fails, they run
-    /// anywhere.
-    fn place_vsched(&self, set: &[u32]) {
-        let main = std::process::id() as i32;
-        let _ = vsched_os::affinity::set_thread_affinity(0, set);
-        let _ = vsched_os::affinity::set_thread_affinity(main, set);
     }
 
     fn moved(&mut self) {
@@ -349,7 +337,7 @@ impl Consolidator {
     fn report(&self, own_cpu_ns: u64) -> Report {
         Report {
             schema: "vsched.consolidate/v1",
-            cpus: self.placement.set_of(self.placement.max()),
+            cpus: self.target.set_of(self.target.max()),
             preferred_cpus: self.preferred.clone(),
             duration_s: self.began.elapsed().as_secs_f64(),
             mean_active: if self.counts.periods == 0 {
@@ -358,7 +346,7 @@ impl Consolidator {
                 self.counts.active_vcpu_periods as f64 / self.counts.periods as f64
             },
             counts: self.counts,
-            placement: self.placement.counts,
+            placement: self.target.counts(),
             own_cpu_s: own_cpu_ns as f64 / 1e9,
             vsched_cpu_s: vsched_os::clock::process_cpu_ns() as f64 / 1e9,
             active_over_time: self.timeline.clone(),

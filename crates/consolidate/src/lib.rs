@@ -2,7 +2,9 @@
 //! (../shared/seeds/gleaner-idleness-consolidation.txt, §5): a program's
 //! threads run on as few vCPUs as their work needs, by CPU affinity, for
 //! kernels where vsched's scheduler cannot load. `vsched run --consolidate
-//! -- PROGRAM` is its face.
+//! -- PROGRAM` is its face for a program; `vsched daemon
+//! --consolidate-cgroups` uses the same loop for the cgroups it manages,
+//! by their cpusets (vsched-daemon's `consolidate`).
 //!
 //! Each block of a thread may halt its vCPU, and each wake-up of a thread
 //! on a halted vCPU costs an IPI and the host's rescheduling of that vCPU;
@@ -24,6 +26,8 @@
 //!   the order in which vCPUs join the set.
 //! * [`watchdog`]: a second process that puts the threads back if vsched
 //!   is killed.
+//! * [`target`]: what a consolidation acts on (a process tree here, a
+//!   cgroup in vsched-daemon) and how its threads get their set.
 //! * [`consolidator`]: the loop that ties them together, and its report.
 
 pub mod consolidator;
@@ -32,7 +36,9 @@ pub mod demand;
 pub mod placement;
 pub mod preferred;
 pub mod procfile;
+pub mod target;
 pub mod tree;
 pub mod watchdog;
 
 pub use consolidator::{Consolidator, Options, Report};
+pub use target::{ProcessTree, Target};

@@ -9,11 +9,14 @@
 //! - `history`: the last minutes of the model, for `vsched status --plot`;
 //! - `rwc` and `cpuset`: user-space RWC, the configured cgroups' cpusets
 //!   kept off hidden vCPUs and put back as they were;
+//! - `consolidate`: Gleaner's consolidation of those cgroups, their
+//!   cpusets narrowed to the fewest vCPUs their threads need;
 //! - `watchdog`: the process that puts them back if the daemon dies;
 //! - `state`: the running daemon, each report handed to the metrics, RWC
 //!   and the scheduler (`--sched`, vsched-sched's session), and the status
 //!   schema `vsched status` reads.
 
+pub mod consolidate;
 pub mod cpuset;
 pub mod history;
 pub mod metrics;

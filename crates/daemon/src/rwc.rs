@@ -88,6 +88,13 @@ pub struct Change {
 /// The daemon's RWC: the managed cgroups and what it has changed.
 pub struct CpusetRwc {
     groups: Vec<Cgroup>,
+    /// Per group: the size of its active set while consolidation
+    /// (crate::consolidate) narrows it, None while it may use every
+    /// vCPU RWC leaves it.
+    active: Vec<Option<usize>>,
+    /// The kernel's preferred CPUs (vsched_consolidate::preferred): they
+    /// join an active set first.
+    preferred: Option<Vec<u32>>,
     state_file: PathBuf,
     dry_run: bool,
     steady: Steady,
@@ -131,6 +138,8 @@ impl CpusetRwc {
         };
         Ok((
             CpusetRwc {
+                active: vec![None; groups.len()],
+                preferred: None,
                 groups,
                 state_file: state_file.to_path_buf(),
                 dry_run,
@@ -156,21 +165,17 @@ impl CpusetRwc {
         }
         let mut groups = Vec::new();
         let mut failures = Vec::new();
-        for (i, group) in self.groups.iter().enumerate() {
-            let original = match &self.saved {
-                Some(saved) => saved[i].original_cpus.clone(),
-                None => group.configured_cpus().ok().flatten().unwrap_or_default(),
-            };
-            match self.change_group(group, &original, &hidden) {
+        self.hidden = hidden.clone();
+        for i in 0..self.groups.len() {
+            match self.change_group(i) {
                 Ok(Some(change)) => groups.push(change),
                 Ok(None) => {}
                 Err(source) => failures.push(crate::error_chain(&RwcError::Cpuset {
-                    path: group.path.clone(),
+                    path: self.groups[i].path.clone(),
                     source,
                 })),
             }
         }
-        self.hidden = hidden.clone();
         self.changes += 1;
         Ok(Some(Change {
             hidden,
@@ -180,16 +185,49 @@ impl CpusetRwc {
         }))
     }
 
-    /// Writes (unless dry) one group's cpuset for `hidden` (see
-    /// `target_cpus`).
-    fn change_group(
-        &self,
-        group: &Cgroup,
-        original: &str,
-        hidden: &[u32],
-    ) -> Result<Option<GroupChange>, CpusetError> {
+    /// What group `i` held before the daemon's first write.
+    fn original(&self, i: usize) -> String {
+        match &self.saved {
+            Some(saved) => saved[i].original_cpus.clone(),
+            None => self.groups[i]
+                .configured_cpus()
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The vCPUs group `i` may use while the hidden ones are hidden, in
+    /// the order they join an active set (the kernel's preferred first).
+    fn usable(&self, i: usize) -> Result<Vec<u32>, CpusetError> {
+        let base = base_cpus(&self.groups[i], &self.original(i))?;
+        let usable: Vec<u32> = base
+            .iter()
+            .copied()
+            .filter(|c| !self.hidden.contains(c))
+            .collect();
+        let usable = if usable.is_empty() { base } else { usable };
+        Ok(vsched_consolidate::preferred::join_order(
+            &usable,
+            self.preferred.as_deref(),
+        ))
+    }
+
+    /// Writes (unless dry) group `i`'s cpuset for the hidden vCPUs (see
+    /// `target_cpus`) and, while consolidated, its active set.
+    fn change_group(&self, i: usize) -> Result<Option<GroupChange>, CpusetError> {
+        let group = &self.groups[i];
+        let original = self.original(i);
         let from = group.configured_cpus()?.unwrap_or_default();
-        let to = target_cpus(&base_cpus(group, original)?, hidden, original);
+        let to = match self.active[i] {
+            Some(n) => {
+                let mut set = self.usable(i)?;
+                set.truncate(n.max(1));
+                set.sort_unstable();
+                vsched_model::cpulist::format_cpu_list(&set)
+            }
+            None => target_cpus(&base_cpus(group, &original)?, &self.hidden, &original),
+        };
         if from == to {
             return Ok(None);
         }
@@ -211,6 +249,70 @@ impl CpusetRwc {
     /// Changes of the hidden set so far.
     pub fn changes(&self) -> u64 {
         self.changes
+    }
+
+    /// Whether changes are only printed (`--dry-run`).
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// The cgroups managed, in the order given.
+    pub fn groups(&self) -> &[Cgroup] {
+        &self.groups
+    }
+
+    /// Each group's active set now: its consolidation's, or every vCPU
+    /// it may use.
+    pub fn active_sets(&self) -> Vec<Vec<u32>> {
+        (0..self.groups.len())
+            .map(|i| self.active_set(i, self.active[i].unwrap_or(usize::MAX)))
+            .collect()
+    }
+
+    /// How many vCPUs group `i` may use now (at least 1): its CPUs
+    /// without the hidden ones.
+    pub fn usable_count(&self, i: usize) -> usize {
+        self.usable(i).map_or(1, |u| u.len().max(1))
+    }
+
+    /// The vCPUs an active set of `n` is for group `i`, in numeric order.
+    pub fn active_set(&self, i: usize, n: usize) -> Vec<u32> {
+        let mut set = self.usable(i).unwrap_or_default();
+        set.truncate(n.max(1));
+        set.sort_unstable();
+        set
+    }
+
+    /// A new preference of the kernel's (the order vCPUs join an active
+    /// set); whether it changed. Takes effect at the next write.
+    pub fn prefer(&mut self, preferred: Option<&[u32]>) -> bool {
+        if self.preferred.as_deref() == preferred {
+            return false;
+        }
+        self.preferred = preferred.map(<[u32]>::to_vec);
+        true
+    }
+
+    /// Consolidation's active set for group `i`: its first `n` usable
+    /// vCPUs (None: all of them), written at once (unless dry), the state
+    /// saved first as for any change. What was written, if anything.
+    pub fn set_active(
+        &mut self,
+        i: usize,
+        n: Option<usize>,
+    ) -> Result<Option<GroupChange>, RwcError> {
+        let n = n.filter(|&n| n < self.usable_count(i));
+        if self.active[i] == n {
+            return Ok(None);
+        }
+        if !self.dry_run && self.saved.is_none() {
+            self.save()?;
+        }
+        self.active[i] = n;
+        self.change_group(i).map_err(|source| RwcError::Cpuset {
+            path: self.groups[i].path.clone(),
+            source,
+        })
     }
 
     /// Puts every cpuset back and removes the state file, unless
@@ -463,6 +565,72 @@ mod tests {
         assert!(!running_vsched("garbage"));
         // This test process is alive but not named vsched.
         assert!(!daemon_alive(std::process::id()));
+    }
+
+    /// A report of vCPUs 0-3 in which `stragglers` read as stragglers.
+    fn report_with_stragglers(stragglers: &[u32]) -> ProbeReport {
+        let mut r: ProbeReport =
+            serde_json::from_str(include_str!("../../model/tests/data/report.json")).unwrap();
+        r.overhead = None;
+        r.vcpus = (0..4)
+            .map(|cpu: u32| {
+                serde_json::from_value(serde_json::json!({
+                    "cpu": cpu, "capacity": 1024, "available_pct": null, "steal_pct": null,
+                    "hidden_steal_pct": null, "preempted_pct": null, "speed_units_per_us": null,
+                    "episodes": null, "stacked_with": [], "smt_siblings": [],
+                    "llc_group": null, "socket_group": null,
+                    "straggler": stragglers.contains(&cpu), "stacked": false
+                }))
+                .unwrap()
+            })
+            .collect();
+        r
+    }
+
+    /// Consolidation's active set is the first n of the vCPUs RWC leaves
+    /// (the kernel's preferred first), saved before its first write like
+    /// any change, and the original comes back at the end.
+    #[test]
+    fn an_active_set_narrows_within_what_rwc_leaves_and_is_put_back() {
+        let dir = std::env::temp_dir().join(format!("vsched-active-{}", std::process::id()));
+        let group = dir.join("g");
+        std::fs::create_dir_all(&group).unwrap();
+        std::fs::write(group.join("cgroup.procs"), "").unwrap();
+        std::fs::write(group.join("cpuset.cpus"), "0-3").unwrap();
+        let state_file = dir.join("state.json");
+        let cpus = || std::fs::read_to_string(group.join("cpuset.cpus")).unwrap();
+        let (mut rwc, _) =
+            CpusetRwc::start(std::slice::from_ref(&group), &state_file, false).unwrap();
+        assert_eq!(rwc.usable_count(0), 4);
+        // The first write is consolidation's: the state is saved first.
+        assert!(rwc.set_active(0, Some(2)).unwrap().is_some());
+        assert!(state_file.exists());
+        assert_eq!(cpus(), "0-1");
+        assert!(
+            rwc.set_active(0, Some(2)).unwrap().is_none(),
+            "no change, no write"
+        );
+        // RWC hides vCPU 0: the set of two moves to what is left.
+        for _ in 0..vsched_model::rwc::CONFIRMING_REPORTS {
+            rwc.update(&report_with_stragglers(&[0])).unwrap();
+        }
+        assert_eq!(rwc.hidden(), [0]);
+        assert_eq!(rwc.usable_count(0), 3);
+        assert_eq!(cpus(), "1-2");
+        // The kernel's preference orders who joins first.
+        assert!(rwc.prefer(Some(&[3])));
+        rwc.set_active(0, Some(1)).unwrap();
+        assert_eq!(cpus(), "3");
+        assert_eq!(rwc.active_sets(), [vec![3]]);
+        // The widest set is RWC's own.
+        rwc.set_active(0, Some(3)).unwrap();
+        assert_eq!(cpus(), "1-3");
+        assert_eq!(rwc.active_sets(), [vec![1, 2, 3]]);
+        rwc.set_active(0, Some(1)).unwrap();
+        assert!(rwc.restore().failures.is_empty());
+        assert_eq!(cpus(), "0-3");
+        assert!(!state_file.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

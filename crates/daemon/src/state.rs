@@ -2,9 +2,10 @@
 //! user-space RWC, the scheduler it feeds) and what the status socket
 //! shows, in the typed schema `vsched status` reads back.
 
+use crate::consolidate::{self, Consolidations, SharedRwc};
 use crate::history::History;
 use crate::metrics::Metrics;
-use crate::rwc::{self, CpusetRwc, RwcError};
+use crate::rwc::{self, RwcError};
 use crate::status::StatusSocket;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -70,6 +71,11 @@ pub struct RwcStatus {
     pub hidden: Vec<u32>,
     /// cpuset rewrites so far.
     pub changes: u64,
+    /// With `--consolidate-cgroups`: each cgroup's active set now, in the
+    /// order of `cgroups` (absent without it, and from the status of
+    /// daemons before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<Vec<Vec<u32>>>,
 }
 
 /// What the main loop shares with the status socket's thread.
@@ -115,7 +121,9 @@ pub enum RunningError {
 pub struct Running {
     metrics: Arc<Metrics>,
     latest: Arc<Mutex<Latest>>,
-    rwc: Option<CpusetRwc>,
+    rwc: Option<SharedRwc>,
+    /// `--consolidate-cgroups`: a consolidation per managed cgroup.
+    consolidations: Option<Consolidations>,
     sched: Option<Session>,
     /// The scheduler's counters as last put into the metrics.
     counted: Stats,
@@ -127,19 +135,23 @@ pub struct Stopped {
     pub sched: Option<Ending>,
     /// Putting the cpusets back, if RWC ran.
     pub rwc: Option<rwc::Outcome>,
+    /// What each cgroup's consolidation did, if they ran.
+    pub consolidations: Vec<vsched_consolidate::Report>,
 }
 
 impl Running {
     pub fn new(
         metrics: Arc<Metrics>,
         latest: Arc<Mutex<Latest>>,
-        rwc: Option<CpusetRwc>,
+        rwc: Option<SharedRwc>,
+        consolidations: Option<Consolidations>,
         sched: Option<Session>,
     ) -> Running {
         Running {
             metrics,
             latest,
             rwc,
+            consolidations,
             sched,
             counted: Stats::default(),
         }
@@ -152,10 +164,16 @@ impl Running {
             .update(&r.vcpus, r.overhead.as_ref(), r.unix_time_ms);
         self.metrics.update_topology(r.topology.as_ref());
         let mut change = None;
-        if let Some(rwc) = self.rwc.as_mut() {
+        let mut hidden = Vec::new();
+        let mut active = None;
+        if let Some(shared) = self.rwc.as_ref() {
+            let mut rwc = consolidate::lock(shared);
             change = rwc.update(&r).map_err(RunningError::Rwc)?;
-            self.metrics
-                .update_rwc(&r.vcpus, rwc.hidden(), change.is_some());
+            hidden = rwc.hidden().to_vec();
+            self.metrics.update_rwc(&r.vcpus, &hidden, change.is_some());
+            if self.consolidations.is_some() {
+                active = Some(rwc.active_sets());
+            }
         }
         let mut sched_status = None;
         let mut parked = Vec::new();
@@ -178,17 +196,17 @@ impl Running {
         let status = &mut guard.status;
         status.model_updates += 1;
         if let (Some(shown), Some(rwc)) = (status.rwc.as_mut(), self.rwc.as_ref()) {
-            shown.hidden = rwc.hidden().to_vec();
-            shown.changes = rwc.changes();
+            shown.hidden = hidden.clone();
+            shown.changes = consolidate::lock(rwc).changes();
+            shown.active = active;
         }
         if let Some(mut s) = sched_status {
             s.ejected = status.sched.as_ref().and_then(|old| old.ejected.clone());
             status.sched = Some(s);
         }
-        let hidden = self.rwc.as_ref().map_or(&[][..], |rwc| rwc.hidden());
         guard
             .history
-            .push(r.unix_time_ms, &r.vcpus, hidden, &parked);
+            .push(r.unix_time_ms, &r.vcpus, &hidden, &parked);
         guard.status.report = Some(r);
         Ok(change)
     }
@@ -208,12 +226,21 @@ impl Running {
         Some(event)
     }
 
-    /// Unloads the scheduler (the kernel's own is back) and puts the
-    /// cpusets back.
+    /// Unloads the scheduler (the kernel's own is back), stops the
+    /// consolidations and puts the cpusets back.
     pub fn stop(mut self) -> Stopped {
+        let consolidations = self
+            .consolidations
+            .take()
+            .map(Consolidations::stop)
+            .unwrap_or_default();
         Stopped {
             sched: self.sched.take().map(Session::stop),
-            rwc: self.rwc.as_mut().map(CpusetRwc::restore),
+            rwc: self
+                .rwc
+                .as_ref()
+                .map(|rwc| consolidate::lock(rwc).restore()),
+            consolidations,
         }
     }
 }
