@@ -47,7 +47,9 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
   others) and off all but one vCPU of each stacked group (vCPUs sharing a
   physical CPU). With --rwc-cgroup the daemon does it for the named
   cgroups by writing their cpuset.cpus (cgroup v2, enabling the cpuset
-  controller in the ancestors where needed, or a v1 cpuset hierarchy):
+  controller in the ancestors where needed, or a v1 cpuset hierarchy;
+  never a cgroup that holds the daemon, whose probers must reach every
+  vCPU: the systemd drop-in runs it in vsched.slice):
   a change is made once two probe reports in a row ask for it, and a
   cgroup always keeps a CPU. Everything it changes is saved first (the
   --rwc-state file) and put back on exit, Ctrl-C and SIGTERM; after a
@@ -123,7 +125,7 @@ pub struct DaemonArgs {
     #[arg(long, requires = "rwc_cgroups")]
     dry_run: bool,
 
-    /// Also narrow each --rwc-cgroup to the fewest vCPUs its threads need (Gleaner's consolidation by cpuset, for kernels without sched_ext)
+    /// Also narrow each --rwc-cgroup to the fewest vCPUs its threads (and its child cgroups') need (Gleaner's consolidation by cpuset, for kernels without sched_ext)
     #[arg(long, requires = "rwc_cgroups")]
     consolidate_cgroups: bool,
 
@@ -220,7 +222,13 @@ pub fn run(args: DaemonArgs) -> Result<bool> {
         eprintln!("vsched daemon: scheduler unloaded (the kernel's own is back)");
     }
     for (group, report) in groups.iter().zip(&stopped.consolidations) {
-        eprintln!("{}", consolidation_summary(group, report));
+        match report {
+            Some(r) => eprintln!("{}", consolidation_summary(group, r)),
+            None => eprintln!(
+                "vsched daemon: consolidation of {}: its thread failed",
+                group.display()
+            ),
+        }
     }
     let clean = stopped.rwc.as_ref().is_none_or(report_outcome);
     eprintln!("vsched daemon: stopped");

@@ -110,6 +110,8 @@ pub struct Consolidator<T: Target> {
     began: Instant,
     /// When the threads' counters were last read.
     last_reading: Instant,
+    /// The target's widest set at the last walk (`follow_max`).
+    last_max: usize,
     /// Long runners at the last period (crate::demand::Period).
     long_runners: u32,
     /// Periods since the last walk, while settled at the widest set.
@@ -136,6 +138,7 @@ impl<T: Target> Consolidator<T> {
             timeline: vec![Point { t_s: 0.0, active }],
             began: Instant::now(),
             last_reading: Instant::now(),
+            last_max: active,
             long_runners: 0,
             settled_periods: 0,
         }
@@ -193,15 +196,18 @@ impl<T: Target> Consolidator<T> {
     }
 
     fn can_widen(&self) -> bool {
-        self.active < self.target.max()
+        self.active < self.last_max
     }
 
     /// Keeps the set within what the target allows now (a cgroup's
-    /// usable vCPUs change as RWC hides and gives back vCPUs). A set that
-    /// had to shrink voids any trial's comparison.
+    /// usable vCPUs change as RWC hides and gives back vCPUs): a set
+    /// wider than that shrinks, and a set at its widest grows with it.
+    /// Either change voids any trial's comparison.
     fn follow_max(&mut self) {
         let max = self.target.max().max(1);
-        if self.active > max {
+        let was_widest = self.active == self.last_max;
+        self.last_max = max;
+        if self.active > max || (was_widest && self.active < max) {
             self.active = max;
             self.trials.upset();
             self.moved();
@@ -293,7 +299,7 @@ impl<T: Target> Consolidator<T> {
                 } else {
                     self.active -= 1;
                 }
-                self.active = self.active.clamp(1, self.target.max());
+                self.active = self.active.clamp(1, self.last_max);
                 self.counts.trials_undone += 1;
             }
             _ => return,

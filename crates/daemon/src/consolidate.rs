@@ -8,7 +8,7 @@
 //! (crate::rwc), which saves every cpuset before its first change and puts
 //! it back on every exit path, the watchdog's included.
 
-use crate::cpuset::Hierarchy;
+use crate::cpuset::{Cgroup, Hierarchy};
 use crate::rwc::CpusetRwc;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,13 +27,16 @@ pub fn lock(rwc: &SharedRwc) -> std::sync::MutexGuard<'_, CpusetRwc> {
     rwc.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One managed cgroup's threads, placed by its cpuset.
+/// One managed cgroup's threads, its descendants' included (a slice holds
+/// its services' threads), placed by its cpuset.
 pub struct CgroupThreads {
     rwc: SharedRwc,
     /// The group's index in the RWC's list.
     index: usize,
-    /// Its file of thread ids: `cgroup.threads` (v2) or `tasks` (v1).
-    threads_file: PathBuf,
+    group: Cgroup,
+    /// The name of a cgroup's file of thread ids: `cgroup.threads` (v2)
+    /// or `tasks` (v1).
+    threads_file: &'static str,
     /// Writes that failed (the daemon's log says which).
     failures: u64,
     /// The set size last applied: a tick that asks for the same does not
@@ -49,7 +52,8 @@ impl CgroupThreads {
             Hierarchy::V1 => "tasks",
         };
         CgroupThreads {
-            threads_file: group.path.join(file),
+            group,
+            threads_file: file,
             rwc,
             index,
             failures: 0,
@@ -76,8 +80,8 @@ impl Target for CgroupThreads {
     fn tasks(&mut self) -> Option<Vec<Task>> {
         // A cgroup removed under the daemon has nothing left to place; an
         // empty one waits for work.
-        std::fs::read_to_string(&self.threads_file)
-            .ok()
+        self.group
+            .read_below(self.threads_file)
             .map(|text| parse_threads(&text))
     }
 
@@ -142,7 +146,10 @@ impl Target for CgroupThreads {
     }
 }
 
-/// The consolidations under way, one thread per managed cgroup.
+/// The consolidations under way, one thread per managed cgroup. Dropped
+/// without `stop` (an error on the daemon's way out), they stop all the
+/// same, each giving its cgroup every usable vCPU back, so that the
+/// daemon's RWC can put the cpusets back as they were.
 pub struct Consolidations {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Report>>,
@@ -155,16 +162,19 @@ impl Consolidations {
         rwc: &SharedRwc,
         preferred_file: Option<PathBuf>,
     ) -> std::io::Result<Consolidations> {
-        let stop = Arc::new(AtomicBool::new(false));
         let count = lock(rwc).groups().len();
-        let mut threads = Vec::new();
+        // Built first, so that a failed start stops those already started.
+        let mut running = Consolidations {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+        };
         for index in 0..count {
             let target = CgroupThreads::new(Arc::clone(rwc), index);
             let options = Options {
                 preferred_file: preferred_file.clone(),
             };
-            let stop = Arc::clone(&stop);
-            threads.push(
+            let stop = Arc::clone(&running.stop);
+            running.threads.push(
                 std::thread::Builder::new()
                     .name(format!("consolidate-{index}"))
                     .spawn(move || {
@@ -172,17 +182,24 @@ impl Consolidations {
                     })?,
             );
         }
-        Ok(Consolidations { stop, threads })
+        Ok(running)
     }
 
-    /// Stops every consolidation (each gives its cgroup every usable vCPU
-    /// back) and returns their reports, in the cgroups' order.
-    pub fn stop(self) -> Vec<Report> {
+    /// Stops every consolidation and returns their reports, in the
+    /// cgroups' order (None for one whose thread panicked).
+    pub fn stop(mut self) -> Vec<Option<Report>> {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> Vec<Option<Report>> {
         self.stop.store(true, Ordering::SeqCst);
-        self.threads
-            .into_iter()
-            .filter_map(|t| t.join().ok())
-            .collect()
+        self.threads.drain(..).map(|t| t.join().ok()).collect()
+    }
+}
+
+impl Drop for Consolidations {
+    fn drop(&mut self) {
+        self.stop_all();
     }
 }
 

@@ -36,6 +36,24 @@ pub enum CpusetError {
     Parse { path: PathBuf, text: String },
 }
 
+/// Cgroups read at most by one walk of a managed cgroup and those below
+/// it (`Cgroup::read_below`): a bound on each walk, far above the slices
+/// and services a VM has.
+pub const MAX_CGROUPS_WALKED: usize = 1024;
+
+/// The directories in `dir` (a cgroup's children).
+fn subdirectories(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Which cgroup hierarchy a directory belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -69,6 +87,35 @@ impl Cgroup {
             path: path.to_path_buf(),
             hierarchy,
         })
+    }
+
+    /// `file` of this cgroup and of every cgroup below it (at most
+    /// MAX_CGROUPS_WALKED directories), one after the other; None when
+    /// the cgroup is gone. A cgroup removed during the walk adds nothing.
+    pub fn read_below(&self, file: &str) -> Option<String> {
+        let mut text = std::fs::read_to_string(self.path.join(file)).ok()?;
+        let mut pending = subdirectories(&self.path);
+        let mut walked = 1;
+        while let Some(dir) = pending.pop() {
+            walked += 1;
+            if walked > MAX_CGROUPS_WALKED {
+                break;
+            }
+            if let Ok(more) = std::fs::read_to_string(dir.join(file)) {
+                text.push('\n');
+                text.push_str(&more);
+            }
+            pending.extend(subdirectories(&dir));
+        }
+        Some(text)
+    }
+
+    /// Whether process `pid` is in this cgroup or in one below it: its
+    /// cpuset confines that process too.
+    pub fn holds_process(&self, pid: u32) -> bool {
+        let pid = pid.to_string();
+        self.read_below("cgroup.procs")
+            .is_some_and(|text| text.lines().any(|l| l.trim() == pid))
     }
 
     /// The cgroup's own `cpuset.cpus` as written (v2: empty means "the

@@ -46,6 +46,13 @@ pub enum RwcError {
          stop it first, or give this one another --rwc-state"
     )]
     AlreadyManaged { pid: u32, path: PathBuf },
+    #[error(
+        "{0} holds this daemon: its cpuset would confine the daemon's own probers, \
+         which could then never measure a vCPU RWC hides again; run the daemon \
+         outside it (the systemd drop-in vsched-rwc.conf puts it in vsched.slice; \
+         by hand: systemd-run --scope --slice=vsched.slice vsched daemon ...)"
+    )]
+    HoldsTheDaemon(PathBuf),
 }
 
 /// What a cgroup held before the daemon's first write.
@@ -131,6 +138,11 @@ impl CpusetRwc {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if !dry_run {
+            if let Some(g) = groups.iter().find(|g| g.holds_process(std::process::id())) {
+                return Err(RwcError::HoldsTheDaemon(g.path.clone()));
+            }
+        }
         let recovered = if dry_run {
             None
         } else {
@@ -284,34 +296,50 @@ impl CpusetRwc {
     }
 
     /// A new preference of the kernel's (the order vCPUs join an active
-    /// set); whether it changed. Takes effect at the next write.
+    /// set); whether it changed. Every narrowed group's cpuset is
+    /// rewritten for it at once (each consolidation thread would see the
+    /// change only once, whichever reads the file first).
     pub fn prefer(&mut self, preferred: Option<&[u32]>) -> bool {
         if self.preferred.as_deref() == preferred {
             return false;
         }
         self.preferred = preferred.map(<[u32]>::to_vec);
+        for i in 0..self.groups.len() {
+            if self.active[i].is_some() {
+                // A failure shows at the group's next write.
+                let _ = self.change_group(i);
+            }
+        }
         true
     }
 
     /// Consolidation's active set for group `i`: its first `n` usable
     /// vCPUs (None: all of them), written at once (unless dry), the state
-    /// saved first as for any change. What was written, if anything.
+    /// saved first as for any change. What was written, if anything; a
+    /// write that failed is tried again at the next call.
     pub fn set_active(
         &mut self,
         i: usize,
         n: Option<usize>,
     ) -> Result<Option<GroupChange>, RwcError> {
         let n = n.filter(|&n| n < self.usable_count(i));
-        if self.active[i] == n {
+        let previous = self.active[i];
+        // Dry, nothing was written: each change is said once. With nothing
+        // saved yet, nothing was written either, by RWC or by this.
+        if previous == n && (self.dry_run || self.saved.is_none()) {
             return Ok(None);
         }
         if !self.dry_run && self.saved.is_none() {
             self.save()?;
         }
         self.active[i] = n;
-        self.change_group(i).map_err(|source| RwcError::Cpuset {
-            path: self.groups[i].path.clone(),
-            source,
+        // Written only where the file differs (change_group compares).
+        self.change_group(i).map_err(|source| {
+            self.active[i] = previous;
+            RwcError::Cpuset {
+                path: self.groups[i].path.clone(),
+                source,
+            }
         })
     }
 
@@ -565,6 +593,32 @@ mod tests {
         assert!(!running_vsched("garbage"));
         // This test process is alive but not named vsched.
         assert!(!daemon_alive(std::process::id()));
+    }
+
+    /// A cgroup that holds the daemon (here: a child of it holds this test
+    /// process) is refused, except for a dry run, which writes nothing.
+    #[test]
+    fn a_cgroup_that_holds_the_daemon_is_refused() {
+        let dir = std::env::temp_dir().join(format!("vsched-holds-{}", std::process::id()));
+        let group = dir.join("g");
+        std::fs::create_dir_all(group.join("child")).unwrap();
+        std::fs::write(group.join("cgroup.procs"), "1\n").unwrap();
+        std::fs::write(group.join("cpuset.cpus"), "0-3").unwrap();
+        std::fs::write(
+            group.join("child/cgroup.procs"),
+            format!("7\n{}\n", std::process::id()),
+        )
+        .unwrap();
+        let state_file = dir.join("state.json");
+        let groups = std::slice::from_ref(&group);
+        assert!(matches!(
+            CpusetRwc::start(groups, &state_file, false),
+            Err(RwcError::HoldsTheDaemon(p)) if p == group
+        ));
+        assert!(CpusetRwc::start(groups, &state_file, true).is_ok());
+        std::fs::write(group.join("child/cgroup.procs"), "7\n").unwrap();
+        assert!(CpusetRwc::start(groups, &state_file, false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A report of vCPUs 0-3 in which `stragglers` read as stragglers.

@@ -135,8 +135,9 @@ pub struct Stopped {
     pub sched: Option<Ending>,
     /// Putting the cpusets back, if RWC ran.
     pub rwc: Option<rwc::Outcome>,
-    /// What each cgroup's consolidation did, if they ran.
-    pub consolidations: Vec<vsched_consolidate::Report>,
+    /// What each cgroup's consolidation did, if they ran (None for one
+    /// whose thread panicked), in the cgroups' order.
+    pub consolidations: Vec<Option<vsched_consolidate::Report>>,
 }
 
 impl Running {
@@ -166,10 +167,12 @@ impl Running {
         let mut change = None;
         let mut hidden = Vec::new();
         let mut active = None;
+        let mut rwc_changes = 0;
         if let Some(shared) = self.rwc.as_ref() {
             let mut rwc = consolidate::lock(shared);
             change = rwc.update(&r).map_err(RunningError::Rwc)?;
             hidden = rwc.hidden().to_vec();
+            rwc_changes = rwc.changes();
             self.metrics.update_rwc(&r.vcpus, &hidden, change.is_some());
             if self.consolidations.is_some() {
                 active = Some(rwc.active_sets());
@@ -195,9 +198,9 @@ impl Running {
         let mut guard = lock(&self.latest);
         let status = &mut guard.status;
         status.model_updates += 1;
-        if let (Some(shown), Some(rwc)) = (status.rwc.as_mut(), self.rwc.as_ref()) {
+        if let Some(shown) = status.rwc.as_mut() {
             shown.hidden = hidden.clone();
-            shown.changes = consolidate::lock(rwc).changes();
+            shown.changes = rwc_changes;
             shown.active = active;
         }
         if let Some(mut s) = sched_status {
