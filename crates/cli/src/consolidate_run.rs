@@ -71,14 +71,8 @@ impl Running {
 pub fn summary(r: &Report) -> String {
     let c = &r.counts;
     format!(
-        "vsched: consolidation: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} threads placed, {} left to the program; own CPU {:.3} s (vsched's {:.3} s)",
-        r.mean_active,
-        r.cpus.len(),
-        r.duration_s,
-        c.trials_narrowed,
-        c.trials_widened,
-        c.trials_undone,
-        c.widened_at_once,
+        "vsched: consolidation: {}; {} threads placed, {} left to the program; own CPU {:.3} s (vsched's {:.3} s)",
+        r.trials_summary(),
         r.placement.threads_placed,
         r.placement.threads_left_to_the_program,
         r.own_cpu_s,

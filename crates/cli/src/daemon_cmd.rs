@@ -389,17 +389,10 @@ fn start_rwc(groups: &[PathBuf], args: &DaemonArgs) -> Result<Option<CpusetRwc>>
 
 /// One line per consolidated cgroup, at the end.
 fn consolidation_summary(group: &std::path::Path, r: &vsched_consolidate::Report) -> String {
-    let c = &r.counts;
     format!(
-        "vsched daemon: consolidation of {}: {:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} write(s) failed; own CPU {:.3} s",
+        "vsched daemon: consolidation of {}: {}; {} write(s) failed; own CPU {:.3} s",
         group.display(),
-        r.mean_active,
-        r.cpus.len(),
-        r.duration_s,
-        c.trials_narrowed,
-        c.trials_widened,
-        c.trials_undone,
-        c.widened_at_once,
+        r.trials_summary(),
         r.placement.failures,
         r.own_cpu_s
     )

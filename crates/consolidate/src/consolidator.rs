@@ -97,6 +97,24 @@ pub struct Report {
     pub active_over_time: Vec<Point>,
 }
 
+impl Report {
+    /// The active set and the trials in words, for the one-line summaries
+    /// of `vsched run --consolidate` and the daemon.
+    pub fn trials_summary(&self) -> String {
+        let c = &self.counts;
+        format!(
+            "{:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once",
+            self.mean_active,
+            self.cpus.len(),
+            self.duration_s,
+            c.trials_narrowed,
+            c.trials_widened,
+            c.trials_undone,
+            c.widened_at_once
+        )
+    }
+}
+
 pub struct Consolidator<T: Target> {
     preferred_file: Option<PathBuf>,
     /// The preferred CPUs last read from `preferred_file`.

@@ -595,21 +595,30 @@ mod tests {
         assert!(!daemon_alive(std::process::id()));
     }
 
+    /// A fake v1 cgroup `g` whose cpuset holds `cpus`, in a fresh
+    /// directory named after `test`: (the directory, the cgroup, the
+    /// state file's path).
+    fn fake_cgroup(test: &str, cpus: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("vsched-{test}-{}", std::process::id()));
+        let group = dir.join("g");
+        std::fs::create_dir_all(&group).unwrap();
+        std::fs::write(group.join("cgroup.procs"), "").unwrap();
+        std::fs::write(group.join("cpuset.cpus"), cpus).unwrap();
+        let state_file = dir.join("state.json");
+        (dir, group, state_file)
+    }
+
     /// A cgroup that holds the daemon (here: a child of it holds this test
     /// process) is refused, except for a dry run, which writes nothing.
     #[test]
     fn a_cgroup_that_holds_the_daemon_is_refused() {
-        let dir = std::env::temp_dir().join(format!("vsched-holds-{}", std::process::id()));
-        let group = dir.join("g");
+        let (dir, group, state_file) = fake_cgroup("holds", "0-3");
         std::fs::create_dir_all(group.join("child")).unwrap();
-        std::fs::write(group.join("cgroup.procs"), "1\n").unwrap();
-        std::fs::write(group.join("cpuset.cpus"), "0-3").unwrap();
         std::fs::write(
             group.join("child/cgroup.procs"),
             format!("7\n{}\n", std::process::id()),
         )
         .unwrap();
-        let state_file = dir.join("state.json");
         let groups = std::slice::from_ref(&group);
         assert!(matches!(
             CpusetRwc::start(groups, &state_file, false),
@@ -646,12 +655,7 @@ mod tests {
     /// any change, and the original comes back at the end.
     #[test]
     fn an_active_set_narrows_within_what_rwc_leaves_and_is_put_back() {
-        let dir = std::env::temp_dir().join(format!("vsched-active-{}", std::process::id()));
-        let group = dir.join("g");
-        std::fs::create_dir_all(&group).unwrap();
-        std::fs::write(group.join("cgroup.procs"), "").unwrap();
-        std::fs::write(group.join("cpuset.cpus"), "0-3").unwrap();
-        let state_file = dir.join("state.json");
+        let (dir, group, state_file) = fake_cgroup("active", "0-3");
         let cpus = || std::fs::read_to_string(group.join("cpuset.cpus")).unwrap();
         let (mut rwc, _) =
             CpusetRwc::start(std::slice::from_ref(&group), &state_file, false).unwrap();
@@ -689,12 +693,7 @@ mod tests {
 
     #[test]
     fn a_state_file_of_a_live_daemon_is_refused_and_a_dead_ones_is_put_back() {
-        let dir = std::env::temp_dir().join(format!("vsched-rwc-{}", std::process::id()));
-        let group = dir.join("g");
-        std::fs::create_dir_all(&group).unwrap();
-        std::fs::write(group.join("cgroup.procs"), "").unwrap();
-        std::fs::write(group.join("cpuset.cpus"), "0").unwrap();
-        let state_file = dir.join("state.json");
+        let (dir, group, state_file) = fake_cgroup("rwc", "0");
         let state = |pid| SavedState {
             schema: STATE_SCHEMA.into(),
             pid,
