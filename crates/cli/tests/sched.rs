@@ -12,8 +12,9 @@
 mod common;
 
 use common::lab::{
-    blocking_program, fake_preferred_mask, hidden_vcpus, json_on_line, layout_with_schedbench,
-    marked_value, run_counting_ipis, run_in_guest, timeline_rates, wait_state,
+    blocking_program, fake_preferred_mask, hidden_vcpus, json_on_line, layout_with,
+    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, timeline_rates,
+    wait_state, with_run_timeout,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;
@@ -234,7 +235,13 @@ fn daemon_feeds_its_scheduler_and_unloads_it_on_sigterm() {
          kill -TERM $D; wait $D; echo \"@exit $?\"",
         wait_state("enabled")
     );
-    let out = run_in_guest("sched/two-free", &[&cmd, &consolidated]);
+    // The guest's commands took 90-110 s under TCG, and their own waits
+    // allow up to 290 s (30 s for each state, 20 s for the status, 60 s
+    // for each of the three reads): the lab's default of 120 s for them
+    // ended a run on a loaded host without the status that says why
+    // (6.16.12, a local suite).
+    let guest = with_run_timeout(&layout_with("sched/two-free", &[]), 300);
+    let out = run_in_guest(&guest, &[&cmd, &consolidated]);
     let (_, text) = &out[0];
     assert!(text.contains("@state enabled vsched"), "loaded: {text}");
     let status: Value = serde_json::from_str(
