@@ -377,3 +377,62 @@ impl<T: Target> Consolidator<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Task;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// A target whose widest set the test changes, as RWC changes a
+    /// cgroup's usable vCPUs.
+    struct Shrinking {
+        max: Rc<Cell<usize>>,
+    }
+
+    impl Target for Shrinking {
+        fn tasks(&mut self) -> Option<Vec<Task>> {
+            Some(Vec::new())
+        }
+        fn counted(&self, tasks: &[Task]) -> Vec<Task> {
+            tasks.to_vec()
+        }
+        fn max(&self) -> usize {
+            self.max.get()
+        }
+        fn set_of(&self, n: usize) -> Vec<u32> {
+            (0..n.min(self.max.get()) as u32).collect()
+        }
+        fn prefer(&mut self, _preferred: Option<&[u32]>) -> bool {
+            false
+        }
+        fn apply(&mut self, _tasks: &[Task], _n: usize, _check: bool) {}
+        fn restore(&mut self) {}
+        fn counts(&self) -> PlacementCounts {
+            PlacementCounts::default()
+        }
+    }
+
+    /// A set wider than the target allows shrinks; a set at its widest
+    /// follows the target back up; a narrowed one stays narrowed.
+    #[test]
+    fn the_set_follows_the_targets_widest_set() {
+        let max = Rc::new(Cell::new(4));
+        let mut c = Consolidator::new(Shrinking { max: max.clone() }, Options::default());
+        assert_eq!(c.active, 4);
+        max.set(3);
+        c.follow_max();
+        assert_eq!(c.active, 3, "shrunk with the target");
+        max.set(4);
+        c.follow_max();
+        assert_eq!(c.active, 4, "at its widest, it grows back");
+        c.active = 2;
+        max.set(3);
+        c.follow_max();
+        max.set(4);
+        c.follow_max();
+        assert_eq!(c.active, 2, "a narrowed set is the trials' to widen");
+        assert!(c.can_widen());
+    }
+}
