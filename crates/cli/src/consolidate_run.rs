@@ -32,7 +32,7 @@ pub fn start(pid: i32) -> Result<Running> {
     let options = Options {
         preferred_file: Some(preferred::KERNEL_FILE.into()),
     };
-    let consolidator = Consolidator::new(ProcessTree::new(pid, cpus, None, Some(journal)), options);
+    let consolidator = Consolidator::new(ProcessTree::new(pid, cpus, Some(journal)), options);
     let thread = std::thread::Builder::new()
         .name("consolidate".into())
         .spawn(move || {

@@ -52,19 +52,15 @@ pub struct ProcessTree {
 }
 
 impl ProcessTree {
-    /// Process `root` and its descendants over `cpus`; `preferred`: the
-    /// kernel's preferred CPUs, which join the set first; `journal`: the
-    /// watchdog that gives the threads back if vsched is killed.
-    pub fn new(
-        root: i32,
-        cpus: Vec<u32>,
-        preferred: Option<&[u32]>,
-        journal: Option<Journal>,
-    ) -> ProcessTree {
+    /// Process `root` and its descendants over `cpus` (the kernel's
+    /// preferred CPUs are the consolidation's to give, `Target::prefer`);
+    /// `journal`: the watchdog that gives the threads back if vsched is
+    /// killed.
+    pub fn new(root: i32, cpus: Vec<u32>, journal: Option<Journal>) -> ProcessTree {
         ProcessTree {
             root,
             tree: Tree::default(),
-            placement: Placement::new(cpus, preferred, journal),
+            placement: Placement::new(cpus, None, journal),
             own_set: Vec::new(),
         }
     }

@@ -111,8 +111,8 @@ impl Target for CgroupThreads {
         }
         self.applied = Some(n);
         let mut rwc = lock(&self.rwc);
-        let n = (n < rwc.usable_count(self.index)).then_some(n);
-        match rwc.set_active(self.index, n) {
+        // set_active takes a set of every usable vCPU for "all of them".
+        match rwc.set_active(self.index, Some(n)) {
             Ok(Some(change)) => eprintln!(
                 "vsched daemon: consolidation: {} {}/cpuset.cpus: {:?} -> {:?}",
                 if rwc.dry_run() {

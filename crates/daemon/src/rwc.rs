@@ -232,12 +232,7 @@ impl CpusetRwc {
         let original = self.original(i);
         let from = group.configured_cpus()?.unwrap_or_default();
         let to = match self.active[i] {
-            Some(n) => {
-                let mut set = self.usable(i)?;
-                set.truncate(n.max(1));
-                set.sort_unstable();
-                vsched_model::cpulist::format_cpu_list(&set)
-            }
+            Some(n) => vsched_model::cpulist::format_cpu_list(&self.first_usable(i, n)?),
             None => target_cpus(&base_cpus(group, &original)?, &self.hidden, &original),
         };
         if from == to {
@@ -289,10 +284,16 @@ impl CpusetRwc {
 
     /// The vCPUs an active set of `n` is for group `i`, in numeric order.
     pub fn active_set(&self, i: usize, n: usize) -> Vec<u32> {
-        let mut set = self.usable(i).unwrap_or_default();
+        self.first_usable(i, n).unwrap_or_default()
+    }
+
+    /// The first `n` (at least one) of group `i`'s usable vCPUs in joining
+    /// order, in numeric order.
+    fn first_usable(&self, i: usize, n: usize) -> Result<Vec<u32>, CpusetError> {
+        let mut set = self.usable(i)?;
         set.truncate(n.max(1));
         set.sort_unstable();
-        set
+        Ok(set)
     }
 
     /// A new preference of the kernel's (the order vCPUs join an active
