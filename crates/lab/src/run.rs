@@ -91,6 +91,9 @@ pub struct RunResult {
     pub timeline: Vec<TimelineSample>,
     /// Seconds (since the first command began) at which each command ended.
     pub command_ends_s: Vec<f64>,
+    /// The layout's limit for all commands together (`run_timeout_s`), so
+    /// that a caller sees how close the last end came to it.
+    pub run_timeout_s: f64,
     /// Everything the guest printed on its console.
     pub console: String,
 }
@@ -635,6 +638,7 @@ impl Boot<'_> {
             host_samples,
             timeline,
             command_ends_s,
+            run_timeout_s: self.layout.run_timeout_s,
             console: transcript.console.join("\n"),
         })
     }
