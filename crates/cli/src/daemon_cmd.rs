@@ -66,7 +66,8 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
   one, then lowest-numbered first. It helps programs whose threads block
   and wake often (pipelines, barriers) on VMs where waking an idle vCPU is
   dear; CPU-bound work keeps every vCPU. The cpusets are saved and put back
-  as RWC's are.
+  as RWC's are. vCPUs no cgroup's narrowed set includes show as parked in
+  `vsched status`, its plot and vsched_vcpu_parked.
 
 THE SCHEDULER (--sched, for kernels with sched_ext)
   With --sched the daemon loads vsched's sched_ext scheduler (what `vsched
@@ -86,7 +87,7 @@ METRICS (per vCPU, label vcpu=\"N\")
   vsched_vcpu_hidden_steal_ratio            time lost but not reported
   vsched_vcpu_inactive_episode_mean_seconds, ..._p95_seconds
   vsched_vcpu_stacked, vsched_vcpu_straggler  0 or 1
-  vsched_vcpu_parked                        0 or 1 (--sched --consolidate)
+  vsched_vcpu_parked                        0 or 1 (--sched --consolidate, --consolidate-cgroups)
   vsched_vcpu_pair_latency_seconds{vcpu_a,vcpu_b,relation}  per vCPU pair
   and vsched_model_updates_total, vsched_probe_cpu_ratio (what the
   probers take from programs, share of one vCPU), vsched_probe_idle_cpu_ratio

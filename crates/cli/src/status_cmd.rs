@@ -11,13 +11,15 @@ use vsched_daemon::status::{fetch, DEFAULT_SOCKET};
 Reads the model `vsched daemon` keeps (its last probe report) from the
 daemon's root-only socket and prints it as a table, or as JSON with --json
 (schema vsched.daemon-status/v1: pid, start time, metrics URL, number of
-model updates, the report as `vsched probe --json` prints it, and what
-user-space RWC hides). Says so and exits 2 when no daemon runs.
+model updates, the report as `vsched probe --json` prints it, what
+user-space RWC hides and, with consolidation, the active sets and the
+vCPUs parked). Says so and exits 2 when no daemon runs.
 
 With --plot FILE.svg it draws the daemon's recent past instead (the last
 10 minutes unless the daemon was started with another --history): per
 vCPU, its available share and its inactive episodes (mean and p95) over
-time, and the stretches user-space RWC kept it hidden. --json --history
+time, the stretches user-space RWC kept it hidden and those
+consolidation parked it. --json --history
 prints that history (schema vsched.daemon-history/v1).
 
 EXAMPLES
@@ -89,6 +91,13 @@ fn print_table(s: &DaemonStatus) {
             cgroups.join(", "),
             rwc.changes
         );
+        if let Some(active) = &rwc.active {
+            let sets: Vec<String> = active
+                .iter()
+                .map(|set| format!("[{}]", vsched_model::cpulist::format_cpu_list(set)))
+                .collect();
+            println!("  consolidation: active sets {}", sets.join(", "));
+        }
     }
     if let Some(sched) = &s.sched {
         match &sched.ejected {
@@ -126,10 +135,16 @@ fn print_table(s: &DaemonStatus) {
         if v.straggler {
             flags.push("straggler".to_string());
         }
-        if s.sched
+        let parked_by_sched = s
+            .sched
             .as_ref()
-            .is_some_and(|sc| sc.parked.contains(&v.cpu))
-        {
+            .is_some_and(|sc| sc.parked.contains(&v.cpu));
+        let parked_by_cgroups = s
+            .rwc
+            .as_ref()
+            .and_then(|r| r.parked.as_ref())
+            .is_some_and(|p| p.contains(&v.cpu));
+        if parked_by_sched || parked_by_cgroups {
             flags.push("parked".to_string());
         }
         println!(

@@ -2,7 +2,8 @@
 //! (plotters SVG): per vCPU over the last minutes, the share of time it
 //! was available, and its inactive episodes (mean, and p95 dashed); the
 //! stretches RWC kept a vCPU hidden are drawn thick in the availability
-//! panel, and those the scheduler's consolidation parked it dashed.
+//! panel, and those consolidation (the scheduler's, or the daemon's for
+//! its cgroups) parked it dashed.
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;

@@ -332,30 +332,78 @@ fn the_exit_status_passes_through_and_the_report_is_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `vsched daemon --rwc-cgroup work --consolidate-cgroups` (`FLAGS`): the
-/// cgroup's cpuset narrows to one vCPU under the 2-thread barrier of the
-/// tests above, and stays so for a second (ten readings 0.1 s apart) while
-/// the barrier still runs; it widens again for two CPU-bound threads, and
-/// is put back as it was (v2's empty "the parent's", the controller off
-/// again) when the daemon stops. Each step prints one "@step" line.
-const DAEMON_SCRIPT: &str = r#"
+/// `vsched daemon --rwc-cgroup work $FLAGS`, then the 2-thread barrier of
+/// the tests above in the cgroup: with `--consolidate-cgroups` its cpuset
+/// narrows to one vCPU and stays so for a second (ten readings 0.1 s
+/// apart) while the barrier still runs, and `vsched status` flags the
+/// other vCPU parked (polled for 5 s: the status follows probe reports).
+/// Prints one "@narrowed" line; $D is the daemon, $P the barrier.
+const DAEMON_NARROWING: &str = r#"
 G=/sys/fs/cgroup/work
 mount -t cgroup2 none /sys/fs/cgroup && mkdir $G
 cpus() { cat $G/cpuset.cpus 2>/dev/null; }
+left() { echo "cpus=[$(cpus)] ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)] files=[$(ls /run/vsched 2>/dev/null | grep -v sock)]"; }
 vsched daemon --rwc-cgroup work $FLAGS 2>/tmp/d.log & D=$!
 sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench barrier 2 400000 200 >/dev/null" & P=$!
 held=0
 for i in $(seq 300); do case "$(cpus)" in 0|1) held=$((held + 1));; *) held=0;; esac; [ $held -ge 10 ] && break; sleep 0.1; done
-echo "@narrowed cpus=[$(cpus)] held=[$held] running=[$(kill -0 $P 2>/dev/null && echo yes)]"
+for i in $(seq 50); do vsched status 2>/dev/null | grep -q ' parked$' && break; sleep 0.1; done
+echo "@narrowed cpus=[$(cpus)] held=[$held] running=[$(kill -0 $P 2>/dev/null && echo yes)] parked=[$(vsched status 2>/dev/null | grep -c ' parked$')]"
+"#;
+
+/// After DAEMON_NARROWING: two CPU-bound threads in the cgroup widen it
+/// again, and it is put back as it was (v2's empty "the parent's", the
+/// controller off again) when the daemon stops on SIGTERM. Each step
+/// prints one "@step" line.
+const DAEMON_WIDENING_AND_SIGTERM: &str = r#"
 kill $P; wait $P
 sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench cpu 2 4000000000 >/dev/null" & P=$!
 for i in $(seq 100); do [ "$(cpus)" = "0-1" ] && break; sleep 0.1; done
 echo "@widened cpus=[$(cpus)]"
 kill $P; wait $P
 kill -TERM $D; wait $D; E=$?
-echo "@stopped exit=$E cpus=[$(cpus)] ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)] files=[$(ls /run/vsched 2>/dev/null | grep -v sock)]"
+echo "@stopped exit=$E $(left)"
 cat /tmp/d.log
 "#;
+
+/// After DAEMON_NARROWING: SIGKILL of the daemon while the cgroup is
+/// narrowed; its watchdog puts the cpuset back (polled for 10 s) while
+/// the barrier runs on.
+const DAEMON_SIGKILL: &str = r#"
+kill -KILL $D; wait $D; E=$?
+for i in $(seq 100); do [ -z "$(cpus)" ] && break; sleep 0.1; done
+echo "@killed exit=$E $(left) running=[$(kill -0 $P 2>/dev/null && echo yes)]"
+kill $P; wait $P
+cat /tmp/d.log
+"#;
+
+/// Asserts the "@narrowed" line of DAEMON_NARROWING.
+fn assert_narrowed_to_one_vcpu(text: &str) {
+    let narrowed = bracketed(text, "narrowed", "cpus");
+    assert!(
+        (narrowed == "0" || narrowed == "1")
+            && bracketed(text, "narrowed", "held") == "10"
+            && bracketed(text, "narrowed", "running") == "yes",
+        "the barrier's cgroup ran on one vCPU for a second while it ran: {text}"
+    );
+    assert_eq!(
+        bracketed(text, "narrowed", "parked"),
+        "1",
+        "vsched status flags the vCPU left out parked: {text}"
+    );
+}
+
+/// Asserts that the line "@`step`" finds the cgroup, the root's
+/// controllers and /run/vsched as they were before the daemon.
+fn assert_put_back(text: &str, step: &str) {
+    for key in ["cpus", "ctl", "files"] {
+        assert_eq!(
+            bracketed(text, step, key),
+            "",
+            "{key} put back as it was: {text}"
+        );
+    }
+}
 
 /// The value of `key=[...]` on the line "@`step` ...".
 fn bracketed<'a>(text: &'a str, step: &str, key: &str) -> &'a str {
@@ -380,32 +428,21 @@ fn bracketed<'a>(text: &'a str, step: &str, key: &str) -> &'a str {
 #[test]
 fn the_daemon_narrows_a_cgroup_for_blocking_work_and_widens_it_for_cpu_bound_work() {
     let _guard = common::serial();
-    let script = format!("FLAGS=--consolidate-cgroups\n{DAEMON_SCRIPT}");
+    let script =
+        format!("FLAGS=--consolidate-cgroups\n{DAEMON_NARROWING}{DAEMON_WIDENING_AND_SIGTERM}");
     let guest = layout_with_schedbench("layouts/two-free");
     let out = run_in_guest(&guest, &[&script]);
     let (code, text) = &out[0];
     println!("{text}");
     assert_eq!(*code, Some(0), "{text}");
-    let narrowed = bracketed(text, "narrowed", "cpus");
-    assert!(
-        (narrowed == "0" || narrowed == "1")
-            && bracketed(text, "narrowed", "held") == "10"
-            && bracketed(text, "narrowed", "running") == "yes",
-        "the barrier's cgroup ran on one vCPU for a second while it ran: {text}"
-    );
+    assert_narrowed_to_one_vcpu(text);
     assert_eq!(
         bracketed(text, "widened", "cpus"),
         "0-1",
         "the CPU-bound threads widened it again: {text}"
     );
     assert!(text.contains("@stopped exit=0 "), "{text}");
-    for key in ["cpus", "ctl", "files"] {
-        assert_eq!(
-            bracketed(text, "stopped", key),
-            "",
-            "{key} put back as it was: {text}"
-        );
-    }
+    assert_put_back(text, "stopped");
     let narrowings: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("vsched daemon: consolidation of /sys/fs/cgroup/work: "))
@@ -414,4 +451,27 @@ fn the_daemon_narrows_a_cgroup_for_blocking_work_and_widens_it_for_cpu_bound_wor
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no consolidation summary at the end: {text}"));
     assert!(narrowings >= 1, "the summary counts the narrowing: {text}");
+}
+
+/// SIGKILL of the daemon while it keeps a cgroup narrowed: its watchdog
+/// puts the cpuset, the root's controllers and /run/vsched back as they
+/// were, and the cgroup's program runs on (on every vCPU again).
+#[test]
+fn sigkill_of_the_daemon_while_a_cgroup_is_narrowed_puts_its_cpuset_back() {
+    let _guard = common::serial();
+    let script = format!("FLAGS=--consolidate-cgroups\n{DAEMON_NARROWING}{DAEMON_SIGKILL}");
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&script]);
+    let (code, text) = &out[0];
+    println!("{text}");
+    assert_eq!(*code, Some(0), "{text}");
+    assert_narrowed_to_one_vcpu(text);
+    // 137: 128 + SIGKILL's 9, so the kill, not an exit of its own, ended it.
+    assert!(text.contains("@killed exit=137 "), "{text}");
+    assert_put_back(text, "killed");
+    assert_eq!(
+        bracketed(text, "killed", "running"),
+        "yes",
+        "the program runs on: {text}"
+    );
 }

@@ -162,7 +162,7 @@ impl Metrics {
         let sched_parked = Family::<VcpuLabel, Gauge>::default();
         registry.register(
             "vcpu_parked",
-            "1 if the scheduler's consolidation keeps normal tasks off the vCPU now (only with --sched --consolidate)",
+            "1 if consolidation keeps work off the vCPU now: the scheduler's normal tasks (--sched --consolidate) or every managed cgroup (--consolidate-cgroups)",
             sched_parked.clone(),
         );
         let sched_events = Family::<EventLabel, Counter>::default();

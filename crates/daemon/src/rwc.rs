@@ -15,6 +15,7 @@
 
 use crate::cpuset::{self, Cgroup, CpusetError, Hierarchy, Restored};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use vsched_model::cpulist::parse_cpu_list;
 use vsched_model::report::ProbeReport;
@@ -274,6 +275,20 @@ impl CpusetRwc {
         (0..self.groups.len())
             .map(|i| self.active_set(i, self.active[i].unwrap_or(usize::MAX)))
             .collect()
+    }
+
+    /// The vCPUs consolidation keeps every group off now: usable by some
+    /// group (not hidden, within its cpuset), in no group's active set.
+    /// A vCPU one group is narrowed off but another still uses is not
+    /// parked: it does not idle for the consolidation.
+    pub fn parked(&self) -> Vec<u32> {
+        let mut usable = BTreeSet::new();
+        let mut active = BTreeSet::new();
+        for i in 0..self.groups.len() {
+            usable.extend(self.active_set(i, usize::MAX));
+            active.extend(self.active_set(i, self.active[i].unwrap_or(usize::MAX)));
+        }
+        usable.difference(&active).copied().collect()
     }
 
     /// How many vCPUs group `i` may use now (at least 1): its CPUs
@@ -665,6 +680,7 @@ mod tests {
         assert!(rwc.set_active(0, Some(2)).unwrap().is_some());
         assert!(state_file.exists());
         assert_eq!(cpus(), "0-1");
+        assert_eq!(rwc.parked(), [2, 3]);
         assert!(
             rwc.set_active(0, Some(2)).unwrap().is_none(),
             "no change, no write"
@@ -676,6 +692,7 @@ mod tests {
         assert_eq!(rwc.hidden(), [0]);
         assert_eq!(rwc.usable_count(0), 3);
         assert_eq!(cpus(), "1-2");
+        assert_eq!(rwc.parked(), [3], "a hidden vCPU is not parked");
         // The kernel's preference orders who joins first.
         assert!(rwc.prefer(Some(&[3])));
         rwc.set_active(0, Some(1)).unwrap();
@@ -685,10 +702,35 @@ mod tests {
         rwc.set_active(0, Some(3)).unwrap();
         assert_eq!(cpus(), "1-3");
         assert_eq!(rwc.active_sets(), [vec![1, 2, 3]]);
+        assert!(rwc.parked().is_empty());
         rwc.set_active(0, Some(1)).unwrap();
         assert!(rwc.restore().failures.is_empty());
         assert_eq!(cpus(), "0-3");
         assert!(!state_file.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A vCPU one group is narrowed off is parked only if no other group
+    /// uses it.
+    #[test]
+    fn a_vcpu_another_group_still_uses_is_not_parked() {
+        let (dir, narrowed, state_file) = fake_cgroup("parked", "0-3");
+        let wide = dir.join("wide");
+        std::fs::create_dir_all(&wide).unwrap();
+        std::fs::write(wide.join("cgroup.procs"), "").unwrap();
+        std::fs::write(wide.join("cpuset.cpus"), "2").unwrap();
+        let (mut rwc, _) = CpusetRwc::start(&[narrowed, wide], &state_file, false).unwrap();
+        assert!(rwc.parked().is_empty());
+        rwc.set_active(0, Some(1)).unwrap();
+        assert_eq!(rwc.active_sets(), [vec![0], vec![2]]);
+        assert_eq!(rwc.parked(), [1, 3]);
+        rwc.set_active(1, Some(1)).unwrap();
+        assert_eq!(
+            rwc.parked(),
+            [1, 3],
+            "one vCPU is every set of the wide group"
+        );
+        assert!(rwc.restore().failures.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -76,6 +76,10 @@ pub struct RwcStatus {
     /// daemons before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<Vec<Vec<u32>>>,
+    /// With `--consolidate-cgroups`: the vCPUs in no cgroup's active set
+    /// that some cgroup could use (`CpusetRwc::parked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Vec<u32>>,
 }
 
 /// What the main loop shares with the status socket's thread.
@@ -167,6 +171,7 @@ impl Running {
         let mut change = None;
         let mut hidden = Vec::new();
         let mut active = None;
+        let mut cgroups_parked = None;
         let mut rwc_changes = 0;
         if let Some(shared) = self.rwc.as_ref() {
             let mut rwc = consolidate::lock(shared);
@@ -176,24 +181,31 @@ impl Running {
             self.metrics.update_rwc(&r.vcpus, &hidden, change.is_some());
             if self.consolidations.is_some() {
                 active = Some(rwc.active_sets());
+                cgroups_parked = Some(rwc.parked());
             }
         }
+        // vCPUs consolidation keeps off: the cgroups' and the scheduler's.
+        let mut parked = cgroups_parked.clone().unwrap_or_default();
         let mut sched_status = None;
-        let mut parked = Vec::new();
         if let Some(s) = self.sched.as_mut() {
             s.feed(&r).map_err(RunningError::Sched)?;
             let now = s.totals().map_err(RunningError::Sched)?;
-            parked = s.parked().map_err(RunningError::Sched)?;
+            let sched_parked = s.parked().map_err(RunningError::Sched)?;
             self.metrics
                 .update_sched(s.is_loaded(), &now.since(&self.counted).values);
-            self.metrics.update_parked(&r.vcpus, &parked);
+            parked.extend(&sched_parked);
             sched_status = Some(SchedStatus {
                 loaded: s.is_loaded(),
                 ejected: None,
                 counters: now.to_json_map(),
-                parked: parked.clone(),
+                parked: sched_parked,
             });
             self.counted = now;
+        }
+        parked.sort_unstable();
+        parked.dedup();
+        if self.sched.is_some() || self.consolidations.is_some() {
+            self.metrics.update_parked(&r.vcpus, &parked);
         }
         let mut guard = lock(&self.latest);
         let status = &mut guard.status;
@@ -202,6 +214,7 @@ impl Running {
             shown.hidden = hidden.clone();
             shown.changes = rwc_changes;
             shown.active = active;
+            shown.parked = cgroups_parked;
         }
         if let Some(mut s) = sched_status {
             s.ejected = status.sched.as_ref().and_then(|old| old.ejected.clone());

@@ -81,6 +81,10 @@ pub struct Scenario {
     /// Also run the workload under `vsched run --consolidate` (Gleaner's
     /// consolidation by affinity, no sched_ext scheduler): its own column.
     pub run_consolidate: bool,
+    /// Also run the workload in a cgroup under `vsched daemon --rwc-cgroup
+    /// --consolidate-cgroups` (the same consolidation by the cgroup's
+    /// cpuset, and the daemon's user-space RWC): its own column.
+    pub daemon_consolidate: bool,
     /// Run as a timeline: one guest per run, the layout's phases walked
     /// during the workload (None: one number per run, rounds share guests).
     pub timeline: Option<Timeline>,
@@ -113,6 +117,12 @@ impl Scenario {
                 VariantKind::RunConsolidate,
             ));
         }
+        if self.daemon_consolidate {
+            v.push((
+                "vsched daemon --consolidate-cgroups".to_string(),
+                VariantKind::DaemonConsolidate,
+            ));
+        }
         if self.oracle != Oracle::None {
             v.push(("oracle".to_string(), VariantKind::Oracle(self.oracle)));
         }
@@ -129,6 +139,9 @@ pub enum VariantKind {
     Daemon,
     /// `vsched run --consolidate` around the workload, no scheduler.
     RunConsolidate,
+    /// The workload in a cgroup `vsched daemon --consolidate-cgroups`
+    /// manages, no scheduler.
+    DaemonConsolidate,
     /// The scenario's oracle.
     Oracle(Oracle),
 }
@@ -197,6 +210,7 @@ const fn overhead(
         fifo_reference: true,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: NO_LOSS,
     }
@@ -218,6 +232,7 @@ const fn gleaner(
         ablations: &["--consolidate"],
         fifo_reference: false,
         run_consolidate: true,
+        daemon_consolidate: true,
         goal,
         ..overhead(name, what, workload)
     }
@@ -276,6 +291,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: RWC_GOAL,
     },
@@ -294,6 +310,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: true,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: RWC_GOAL,
     },
@@ -311,6 +328,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -333,6 +351,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -354,6 +373,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 2.0,
@@ -378,6 +398,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.8,
@@ -398,6 +419,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: Goal {
             min_speedup: 1.3,
@@ -420,6 +442,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: None,
         goal: NO_LOSS,
     },
@@ -476,17 +499,22 @@ pub const SCENARIOS: &[Scenario] = &[
     // miniature, on 2 dedicated vCPUs: consolidation is `--consolidate`
     // (off by default), its own column; the oracle is the program bound
     // to one vCPU.
-    gleaner(
-        "gleaner-wakeup",
-        "Gleaner's Table 1: median wake-up latency of a futex wake from vCPU 0 with the \
+    // No cgroup column: the program binds its wakee to each vCPU in turn,
+    // which a narrowed cpuset forbids.
+    Scenario {
+        daemon_consolidate: false,
+        ..gleaner(
+            "gleaner-wakeup",
+            "Gleaner's Table 1: median wake-up latency of a futex wake from vCPU 0 with the \
          wakee free to run anywhere (free_us: where the scheduler puts it), and bound to \
          vCPU 0 (same_us), to vCPU 1 kept busy by SCHED_IDLE work (busy_us) or idle \
          (idle_us)",
-        &["wakeup", "300"],
-        "free_us",
-        Oracle::None,
-        NO_LOSS,
-    ),
+            &["wakeup", "300"],
+            "free_us",
+            Oracle::None,
+            NO_LOSS,
+        )
+    },
     gleaner(
         "gleaner-barrier",
         "Gleaner's Fig. 4 in miniature: 4 barrier threads with about 10 us of work per \
@@ -555,6 +583,7 @@ pub const SCENARIOS: &[Scenario] = &[
         fifo_reference: false,
         daemon: false,
         run_consolidate: false,
+        daemon_consolidate: false,
         timeline: Some(Timeline {
             lead_s: 8.0,
             phases: &[

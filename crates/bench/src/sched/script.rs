@@ -73,11 +73,12 @@ const RWC_WAIT_TENTHS: u32 = 300;
 /// it and waiting for RWC's first cpuset.
 fn prelude(s: &Scenario) -> String {
     let mut out = common_prelude();
-    if s.daemon {
+    if s.daemon || s.daemon_consolidate {
         out.push_str(&format!(
             "mount -t cgroup2 none /sys/fs/cgroup && mkdir -p {WORK_CGROUP}\n\
              in_work() {{ sh -c 'echo $$ > {WORK_CGROUP}/cgroup.procs && exec \"$@\"' sh \"$@\"; }}\n\
-             wait_rwc() {{ for i in $(seq {RWC_WAIT_TENTHS}); do [ -n \"$(cat {WORK_CGROUP}/cpuset.cpus 2>/dev/null)\" ] && return 0; sleep 0.1; done; echo 'RWC hid no vCPU'; return 1; }}\n"
+             wait_rwc() {{ for i in $(seq {RWC_WAIT_TENTHS}); do [ -n \"$(cat {WORK_CGROUP}/cpuset.cpus 2>/dev/null)\" ] && return 0; sleep 0.1; done; echo 'RWC hid no vCPU'; return 1; }}\n\
+             wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do vsched status --json 2>/dev/null | grep -q '\"report\":{{' && return 0; sleep 0.1; done; echo 'the daemon had no model'; return 1; }}\n"
         ));
     }
     out
@@ -150,6 +151,23 @@ fn push_run(
         VariantKind::Oracle(Oracle::None) => {}
         VariantKind::RunConsolidate => {
             out.push_str(&report(&format!("vsched run --consolidate -- {workload}")))
+        }
+        VariantKind::DaemonConsolidate => {
+            // Started with its first model in, as `vsched sched` is: the
+            // empty cgroup has narrowed by then, and the workload must
+            // widen it where it needs more.
+            out.push_str(&format!(
+                "vsched daemon --rwc-cgroup {WORK_CGROUP} --consolidate-cgroups 2>/tmp/daemon.log & S=$!\n\
+                 if wait_model; then sleep {SETTLE_S}\n"
+            ));
+            out.push_str(&report(&format!(
+                "in_work schedbench {}",
+                s.workload.join(" ")
+            )));
+            out.push_str(&format!(
+                "else echo \"{label} {round}: not measured; vsched daemon said:\"; tail -5 /tmp/daemon.log; fi\n\
+                 kill $S; wait $S\n"
+            ));
         }
         VariantKind::Daemon => {
             out.push_str(&format!(
@@ -277,6 +295,44 @@ mod tests {
             lines[run + 1].starts_with("else echo \"vsched 0: not measured"),
             "{script}"
         );
+    }
+
+    /// The daemon's consolidation column runs the workload in the cgroup
+    /// it manages, only once its first model is in, and never where the
+    /// workload binds threads to vCPUs a narrowed cpuset would forbid.
+    #[test]
+    fn the_cgroup_consolidation_column_times_the_workload_in_its_cgroup() {
+        let barrier = SCENARIOS
+            .iter()
+            .find(|s| s.name == "gleaner-barrier")
+            .unwrap();
+        let script = guest_script(barrier, 0..1);
+        let lines: Vec<&str> = script.lines().collect();
+        let label = "vsched daemon --consolidate-cgroups";
+        let run = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("echo \"@@run {label} 0 ")))
+            .unwrap_or_else(|| panic!("{script}"));
+        assert!(
+            lines[run].contains("$(counted in_work schedbench barrier "),
+            "{script}"
+        );
+        assert_eq!(
+            lines[run - 1],
+            format!("if wait_model; then sleep {SETTLE_S}"),
+            "{script}"
+        );
+        assert!(
+            lines[run - 2].starts_with(&format!(
+                "vsched daemon --rwc-cgroup {WORK_CGROUP} --consolidate-cgroups "
+            )),
+            "{script}"
+        );
+        for s in SCENARIOS.iter() {
+            if s.workload[0] == "wakeup" {
+                assert!(!s.daemon_consolidate, "{}", s.name);
+            }
+        }
     }
 
     #[test]
