@@ -52,9 +52,10 @@ WHAT IT RUNS
                        goal: within 3%
     gleaner-wakeup, gleaner-barrier, gleaner-pipeline, gleaner-pipeline-heavy,
     gleaner-cpu        Gleaner's Table 1 and Fig. 4 in miniature on 2 vCPUs,
-                       consolidation (--consolidate) and vsched run
-                       --consolidate as columns; goal: within 1.3x of the
-                       program on one vCPU, no loss against the default
+                       consolidation (--consolidate), vsched run --consolidate
+                       and (but for gleaner-wakeup) vsched daemon
+                       --consolidate-cgroups as columns; goal: within 1.3x of
+                       the program on one vCPU, no loss against the default
     gleaner-barrier-4, gleaner-pipeline-4
                        the barrier and the pipeline on 4 vCPUs, two to a
                        host CPU; the same columns and goal

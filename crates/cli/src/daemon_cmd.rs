@@ -66,7 +66,7 @@ USER-SPACE RWC (--rwc-cgroup, for kernels without sched_ext)
   one, then lowest-numbered first. It helps programs whose threads block
   and wake often (pipelines, barriers) on VMs where waking an idle vCPU is
   dear; CPU-bound work keeps every vCPU. The cpusets are saved and put back
-  as RWC's are. vCPUs no cgroup's narrowed set includes show as parked in
+  as RWC's are. vCPUs no managed cgroup's active set includes show as parked in
   `vsched status`, its plot and vsched_vcpu_parked.
 
 THE SCHEDULER (--sched, for kernels with sched_ext)

@@ -332,23 +332,28 @@ fn the_exit_status_passes_through_and_the_report_is_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `vsched daemon --rwc-cgroup work $FLAGS`, then the 2-thread barrier of
-/// the tests above in the cgroup: with `--consolidate-cgroups` its cpuset
-/// narrows to one vCPU and stays so for a second (ten readings 0.1 s
-/// apart) while the barrier still runs, and `vsched status` flags the
-/// other vCPU parked (polled for 5 s: the status follows probe reports).
-/// Prints one "@narrowed" line; $D is the daemon, $P the barrier.
+/// `vsched daemon --rwc-cgroup work $FLAGS`, then the tests' blocking
+/// program (common::lab::blocking_program: the 2-thread barrier, here for
+/// 60 s, killed once seen, so that a fast host cannot end it first) in the
+/// cgroup: with `--consolidate-cgroups` its cpuset narrows to one vCPU and
+/// stays so for a second (ten readings 0.1 s apart) while the program
+/// still runs, both read at that moment; then `vsched status` flags one
+/// vCPU parked (polled for 5 s: the status follows probe reports, and the
+/// count the poll saw is printed). Prints one "@narrowed" line; $D is the
+/// daemon, $P the program.
 const DAEMON_NARROWING: &str = r#"
 G=/sys/fs/cgroup/work
 mount -t cgroup2 none /sys/fs/cgroup && mkdir $G
 cpus() { cat $G/cpuset.cpus 2>/dev/null; }
-left() { echo "cpus=[$(cpus)] ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)] files=[$(ls /run/vsched 2>/dev/null | grep -v sock)]"; }
+vsched_files() { ls /run/vsched 2>/dev/null | grep -v sock; }
+left() { echo "cpus=[$(cpus)] ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)] files=[$(vsched_files)]"; }
 vsched daemon --rwc-cgroup work $FLAGS 2>/tmp/d.log & D=$!
-sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench barrier 2 400000 200 >/dev/null" & P=$!
+sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench timeline 2 60 1000 200 >/dev/null" & P=$!
 held=0
 for i in $(seq 300); do case "$(cpus)" in 0|1) held=$((held + 1));; *) held=0;; esac; [ $held -ge 10 ] && break; sleep 0.1; done
-for i in $(seq 50); do vsched status 2>/dev/null | grep -q ' parked$' && break; sleep 0.1; done
-echo "@narrowed cpus=[$(cpus)] held=[$held] running=[$(kill -0 $P 2>/dev/null && echo yes)] parked=[$(vsched status 2>/dev/null | grep -c ' parked$')]"
+narrowed=$(cpus); running=$(kill -0 $P 2>/dev/null && echo yes)
+for i in $(seq 10); do parked=$(vsched status 2>/dev/null | grep -c ' parked$'); [ "$parked" -ge 1 ] && break; sleep 0.5; done
+echo "@narrowed cpus=[$narrowed] held=[$held] running=[$running] parked=[$parked]"
 "#;
 
 /// After DAEMON_NARROWING: two CPU-bound threads in the cgroup widen it
@@ -367,12 +372,15 @@ cat /tmp/d.log
 "#;
 
 /// After DAEMON_NARROWING: SIGKILL of the daemon while the cgroup is
-/// narrowed; its watchdog puts the cpuset back (polled for 10 s) while
-/// the barrier runs on.
+/// narrowed (waited for, up to 5 s: a widening trial may be under way,
+/// and `before` shows what the kill met); its watchdog puts the cpuset
+/// back and then removes its state file (polled for 10 s, both) while the
+/// program runs on.
 const DAEMON_SIGKILL: &str = r#"
-kill -KILL $D; wait $D; E=$?
-for i in $(seq 100); do [ -z "$(cpus)" ] && break; sleep 0.1; done
-echo "@killed exit=$E $(left) running=[$(kill -0 $P 2>/dev/null && echo yes)]"
+for i in $(seq 50); do case "$(cpus)" in 0|1) break;; esac; sleep 0.1; done
+before=$(cpus); kill -KILL $D; wait $D; E=$?
+for i in $(seq 100); do [ -z "$(cpus)" ] && [ -z "$(vsched_files)" ] && break; sleep 0.1; done
+echo "@killed exit=$E before=[$before] $(left) running=[$(kill -0 $P 2>/dev/null && echo yes)]"
 kill $P; wait $P
 cat /tmp/d.log
 "#;
@@ -468,6 +476,11 @@ fn sigkill_of_the_daemon_while_a_cgroup_is_narrowed_puts_its_cpuset_back() {
     assert_narrowed_to_one_vcpu(text);
     // 137: 128 + SIGKILL's 9, so the kill, not an exit of its own, ended it.
     assert!(text.contains("@killed exit=137 "), "{text}");
+    let before = bracketed(text, "killed", "before");
+    assert!(
+        before == "0" || before == "1",
+        "the kill met the cgroup narrowed: {text}"
+    );
     assert_put_back(text, "killed");
     assert_eq!(
         bracketed(text, "killed", "running"),

@@ -19,8 +19,9 @@ pub struct VcpuPoint {
     pub capacity: Option<u32>,
     /// Kept off by user-space RWC at this report.
     pub hidden: bool,
-    /// Parked by the scheduler's consolidation at this report (absent
-    /// from histories of daemons before it: false).
+    /// Parked by consolidation (the scheduler's, or the daemon's for its
+    /// cgroups) at this report (absent from histories of daemons before
+    /// it: false).
     #[serde(default)]
     pub parked: bool,
 }

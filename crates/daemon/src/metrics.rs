@@ -84,7 +84,7 @@ pub struct Metrics {
     rwc_changes: Counter,
     sched_loaded: Gauge,
     sched_events: Family<EventLabel, Counter>,
-    sched_parked: Family<VcpuLabel, Gauge>,
+    vcpu_parked: Family<VcpuLabel, Gauge>,
     pair_latency: Family<PairLabel, FloatGauge>,
 }
 
@@ -159,11 +159,11 @@ impl Metrics {
             "1 while the daemon's sched_ext scheduler is loaded (only with --sched)",
             sched_loaded.clone(),
         );
-        let sched_parked = Family::<VcpuLabel, Gauge>::default();
+        let vcpu_parked = Family::<VcpuLabel, Gauge>::default();
         registry.register(
             "vcpu_parked",
             "1 if consolidation keeps work off the vCPU now: the scheduler's normal tasks (--sched --consolidate) or every managed cgroup (--consolidate-cgroups)",
-            sched_parked.clone(),
+            vcpu_parked.clone(),
         );
         let sched_events = Family::<EventLabel, Counter>::default();
         registry.register(
@@ -182,7 +182,7 @@ impl Metrics {
             rwc_changes,
             sched_loaded,
             sched_events,
-            sched_parked,
+            vcpu_parked,
             pair_latency,
         }
     }
@@ -275,7 +275,7 @@ impl Metrics {
     pub fn update_parked(&self, vcpus: &[VcpuReport], parked: &[u32]) {
         for v in vcpus {
             let label = vec![("vcpu", v.cpu.to_string())];
-            self.sched_parked
+            self.vcpu_parked
                 .get_or_create(&label)
                 .set(i64::from(parked.contains(&v.cpu)));
         }

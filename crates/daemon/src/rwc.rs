@@ -280,7 +280,8 @@ impl CpusetRwc {
     /// The vCPUs consolidation keeps every group off now: usable by some
     /// group (not hidden, within its cpuset), in no group's active set.
     /// A vCPU one group is narrowed off but another still uses is not
-    /// parked: it does not idle for the consolidation.
+    /// parked: it does not idle for the consolidation. In a dry run, those
+    /// it would park (as `hidden` is what RWC would hide).
     pub fn parked(&self) -> Vec<u32> {
         let mut usable = BTreeSet::new();
         let mut active = BTreeSet::new();
@@ -288,7 +289,13 @@ impl CpusetRwc {
             usable.extend(self.active_set(i, usize::MAX));
             active.extend(self.active_set(i, self.active[i].unwrap_or(usize::MAX)));
         }
-        usable.difference(&active).copied().collect()
+        // A group whose every vCPU is hidden keeps them all (`usable`):
+        // those are hidden, not parked.
+        usable
+            .difference(&active)
+            .copied()
+            .filter(|cpu| !self.hidden.contains(cpu))
+            .collect()
     }
 
     /// How many vCPUs group `i` may use now (at least 1): its CPUs

@@ -69,8 +69,10 @@ const RWC_WAIT_TENTHS: u32 = 300;
 
 /// Shell functions every script uses: waiting for sched_ext's state, for
 /// the first model, and (timelines) for a time since the script began;
-/// for daemon scenarios, the workload's cgroup, a way to run a command in
-/// it and waiting for RWC's first cpuset.
+/// for scenarios that run `vsched daemon` (its RWC, or its consolidation
+/// column), the workload's cgroup, a way to run a command in it, waiting
+/// for RWC's first cpuset and for the daemon's Nth model (`wait_models
+/// N`, from `vsched status --json`).
 fn prelude(s: &Scenario) -> String {
     let mut out = common_prelude();
     if s.daemon || s.daemon_consolidate {
@@ -78,7 +80,8 @@ fn prelude(s: &Scenario) -> String {
             "mount -t cgroup2 none /sys/fs/cgroup && mkdir -p {WORK_CGROUP}\n\
              in_work() {{ sh -c 'echo $$ > {WORK_CGROUP}/cgroup.procs && exec \"$@\"' sh \"$@\"; }}\n\
              wait_rwc() {{ for i in $(seq {RWC_WAIT_TENTHS}); do [ -n \"$(cat {WORK_CGROUP}/cpuset.cpus 2>/dev/null)\" ] && return 0; sleep 0.1; done; echo 'RWC hid no vCPU'; return 1; }}\n\
-             wait_model() {{ for i in $(seq {MODEL_WAIT_TENTHS}); do vsched status --json 2>/dev/null | grep -q '\"report\":{{' && return 0; sleep 0.1; done; echo 'the daemon had no model'; return 1; }}\n"
+             wait_models() {{ for i in $(seq {model_polls}); do n=$(vsched status --json 2>/dev/null | sed -n 's/.*\"model_updates\":\\([0-9]*\\).*/\\1/p'); [ \"${{n:-0}}\" -ge $1 ] && return 0; sleep 0.5; done; echo \"the daemon had no $1 models\"; return 1; }}\n",
+            model_polls = MODEL_WAIT_TENTHS / 5
         ));
     }
     out
@@ -153,12 +156,16 @@ fn push_run(
             out.push_str(&report(&format!("vsched run --consolidate -- {workload}")))
         }
         VariantKind::DaemonConsolidate => {
-            // Started with its first model in, as `vsched sched` is: the
-            // empty cgroup has narrowed by then, and the workload must
-            // widen it where it needs more.
+            // Timed from its second model on, the first RWC may act on
+            // (two reports must agree); polled every 0.5 s, since each
+            // `vsched status` is a process in a guest the probers are
+            // measuring. The empty cgroup has narrowed by then (nothing
+            // runs there to undo the trial), so the workload must widen
+            // it where it needs more, where `vsched run --consolidate`
+            // starts wide.
             out.push_str(&format!(
                 "vsched daemon --rwc-cgroup {WORK_CGROUP} --consolidate-cgroups 2>/tmp/daemon.log & S=$!\n\
-                 if wait_model; then sleep {SETTLE_S}\n"
+                 if wait_models 2; then sleep {SETTLE_S}\n"
             ));
             out.push_str(&report(&format!(
                 "in_work schedbench {}",
@@ -319,7 +326,7 @@ mod tests {
         );
         assert_eq!(
             lines[run - 1],
-            format!("if wait_model; then sleep {SETTLE_S}"),
+            format!("if wait_models 2; then sleep {SETTLE_S}"),
             "{script}"
         );
         assert!(

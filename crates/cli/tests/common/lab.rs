@@ -136,6 +136,16 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
 /// be given more time (`with_run_timeout`) before it fails.
 const NEAR_RUN_TIMEOUT: f64 = 0.75;
 
+/// The running test's name (libtest names each test's thread after it)
+/// and the layout: many tests share a layout copy.
+fn test_and_layout(layout_path: &str) -> String {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    format!("{test} ({layout_path})")
+}
+
 /// Notes (`super::note`) a run whose guest commands took more than
 /// NEAR_RUN_TIMEOUT of their limit.
 fn note_a_near_run_timeout(layout_path: &str, run: &Value) {
@@ -147,7 +157,7 @@ fn note_a_near_run_timeout(layout_path: &str, run: &Value) {
     if let (Some(took), Some(limit)) = (took, limit) {
         if took > NEAR_RUN_TIMEOUT * limit {
             super::note(
-                layout_path,
+                &test_and_layout(layout_path),
                 &format!("the guest's commands took {took:.0} s of their {limit:.0} s limit"),
             );
         }
@@ -178,7 +188,10 @@ pub fn boot_past_emulator_panics(
             .find(|l| l.contains("RIP:"))
             .unwrap_or_default();
         let first = stderr.lines().next().unwrap_or_default();
-        super::note(layout_path, &format!("{first} ({rip}); booted again"));
+        super::note(
+            &test_and_layout(layout_path),
+            &format!("{first} ({rip}); booted again"),
+        );
         out = vsched(args);
     }
     (out, EMULATOR_PANIC_RETRIES)
