@@ -385,6 +385,20 @@ kill $P; wait $P
 cat /tmp/d.log
 "#;
 
+/// Runs DAEMON_NARROWING with `--consolidate-cgroups`, then `ending`, in
+/// a 2-vCPU guest on the host's kernel; asserts that the script ran
+/// through and the cgroup narrowed; its output.
+fn narrowed_daemon_then(ending: &str) -> String {
+    let script = format!("FLAGS=--consolidate-cgroups\n{DAEMON_NARROWING}{ending}");
+    let guest = layout_with_schedbench("layouts/two-free");
+    let out = run_in_guest(&guest, &[&script]);
+    let (code, text) = &out[0];
+    println!("{text}");
+    assert_eq!(*code, Some(0), "{text}");
+    assert_narrowed_to_one_vcpu(text);
+    text.clone()
+}
+
 /// Asserts the "@narrowed" line of DAEMON_NARROWING.
 fn assert_narrowed_to_one_vcpu(text: &str) {
     let narrowed = bracketed(text, "narrowed", "cpus");
@@ -436,14 +450,7 @@ fn bracketed<'a>(text: &'a str, step: &str, key: &str) -> &'a str {
 #[test]
 fn the_daemon_narrows_a_cgroup_for_blocking_work_and_widens_it_for_cpu_bound_work() {
     let _guard = common::serial();
-    let script =
-        format!("FLAGS=--consolidate-cgroups\n{DAEMON_NARROWING}{DAEMON_WIDENING_AND_SIGTERM}");
-    let guest = layout_with_schedbench("layouts/two-free");
-    let out = run_in_guest(&guest, &[&script]);
-    let (code, text) = &out[0];
-    println!("{text}");
-    assert_eq!(*code, Some(0), "{text}");
-    assert_narrowed_to_one_vcpu(text);
+    let text = &narrowed_daemon_then(DAEMON_WIDENING_AND_SIGTERM);
     assert_eq!(
         bracketed(text, "widened", "cpus"),
         "0-1",
@@ -467,13 +474,7 @@ fn the_daemon_narrows_a_cgroup_for_blocking_work_and_widens_it_for_cpu_bound_wor
 #[test]
 fn sigkill_of_the_daemon_while_a_cgroup_is_narrowed_puts_its_cpuset_back() {
     let _guard = common::serial();
-    let script = format!("FLAGS=--consolidate-cgroups\n{DAEMON_NARROWING}{DAEMON_SIGKILL}");
-    let guest = layout_with_schedbench("layouts/two-free");
-    let out = run_in_guest(&guest, &[&script]);
-    let (code, text) = &out[0];
-    println!("{text}");
-    assert_eq!(*code, Some(0), "{text}");
-    assert_narrowed_to_one_vcpu(text);
+    let text = &narrowed_daemon_then(DAEMON_SIGKILL);
     // 137: 128 + SIGKILL's 9, so the kill, not an exit of its own, ended it.
     assert!(text.contains("@killed exit=137 "), "{text}");
     let before = bracketed(text, "killed", "before");
