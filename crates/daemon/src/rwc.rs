@@ -286,8 +286,12 @@ impl CpusetRwc {
         let mut usable = BTreeSet::new();
         let mut active = BTreeSet::new();
         for i in 0..self.groups.len() {
-            usable.extend(self.active_set(i, usize::MAX));
-            active.extend(self.active_set(i, self.active[i].unwrap_or(usize::MAX)));
+            // One reading of the group's cpuset for both: its active set
+            // is the first n of its usable vCPUs (`first_usable`).
+            let Ok(all) = self.usable(i) else { continue };
+            let n = self.active[i].unwrap_or(usize::MAX).max(1);
+            active.extend(all.iter().take(n).copied());
+            usable.extend(all);
         }
         // A group whose every vCPU is hidden keeps them all (`usable`):
         // those are hidden, not parked.
