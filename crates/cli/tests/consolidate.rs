@@ -337,7 +337,8 @@ fn the_exit_status_passes_through_and_the_report_is_written() {
 /// 60 s, killed once seen, so that a fast host cannot end it first) in the
 /// cgroup: with `--consolidate-cgroups` its cpuset narrows to one vCPU and
 /// stays so for a second (ten readings 0.1 s apart) while the program
-/// still runs, both read at that moment; then `vsched status` flags one
+/// still runs; "cpus" is the tenth reading itself, never a later read,
+/// since a widening trial may start the moment the loop ends; then `vsched status` flags one
 /// vCPU parked (polled for 5 s: the status follows probe reports, and the
 /// count the poll saw is printed). Prints one "@narrowed" line; $D is the
 /// daemon, $P the program.
@@ -350,8 +351,8 @@ left() { echo "cpus=[$(cpus)] ctl=[$(cat /sys/fs/cgroup/cgroup.subtree_control)]
 vsched daemon --rwc-cgroup work $FLAGS 2>/tmp/d.log & D=$!
 sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench timeline 2 60 1000 200 >/dev/null" & P=$!
 held=0
-for i in $(seq 300); do case "$(cpus)" in 0|1) held=$((held + 1));; *) held=0;; esac; [ $held -ge 10 ] && break; sleep 0.1; done
-narrowed=$(cpus); running=$(kill -0 $P 2>/dev/null && echo yes)
+for i in $(seq 300); do narrowed=$(cpus); case "$narrowed" in 0|1) held=$((held + 1));; *) held=0;; esac; [ $held -ge 10 ] && break; sleep 0.1; done
+running=$(kill -0 $P 2>/dev/null && echo yes)
 for i in $(seq 10); do parked=$(vsched status 2>/dev/null | grep -c ' parked$'); [ "$parked" -ge 1 ] && break; sleep 0.5; done
 echo "@narrowed cpus=[$narrowed] held=[$held] running=[$running] parked=[$parked]"
 "#;
