@@ -12,6 +12,7 @@
 //! - `consolidate`: Gleaner's consolidation of those cgroups, their
 //!   cpusets narrowed to the fewest vCPUs their threads need;
 //! - `watchdog`: the process that puts them back if the daemon dies;
+//! - `own_cost`: the daemon's own CPU and memory, for its metrics;
 //! - `state`: the running daemon, each report handed to the metrics, RWC
 //!   and the scheduler (`--sched`, vsched-sched's session), and the status
 //!   schema `vsched status` reads.
@@ -20,6 +21,7 @@ pub mod consolidate;
 pub mod cpuset;
 pub mod history;
 pub mod metrics;
+pub mod own_cost;
 pub mod rwc;
 pub mod serve;
 pub mod state;

@@ -14,6 +14,8 @@ use vsched_model::report::{Overhead, TopologyReport, VcpuReport};
 
 /// A float gauge (the default Gauge holds i64).
 type FloatGauge = Gauge<f64, AtomicU64>;
+/// A float counter, for seconds.
+type FloatCounter = Counter<f64, AtomicU64>;
 /// One label, the vCPU's number.
 type VcpuLabel = Vec<(&'static str, String)>;
 
@@ -86,7 +88,13 @@ pub struct Metrics {
     sched_events: Family<EventLabel, Counter>,
     vcpu_parked: Family<VcpuLabel, Gauge>,
     pair_latency: Family<PairLabel, FloatGauge>,
+    own_cpu: FloatCounter,
+    own_resident: Gauge,
+    thread_cpu: Family<ThreadLabel, FloatGauge>,
 }
+
+/// One label, a thread's name.
+type ThreadLabel = Vec<(&'static str, String)>;
 
 /// Two vCPUs (the lower-numbered first) and how they relate.
 type PairLabel = Vec<(&'static str, String)>;
@@ -171,6 +179,24 @@ impl Metrics {
             "The sched_ext scheduler's decisions by kind (docs/sched.md lists them; only with --sched)",
             sched_events.clone(),
         );
+        let own_cpu = FloatCounter::default();
+        registry.register(
+            "process_cpu_seconds",
+            "CPU time the daemon has used, all its threads (probers, consolidation, serving)",
+            own_cpu.clone(),
+        );
+        let own_resident = Gauge::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "The daemon's resident memory",
+            own_resident.clone(),
+        );
+        let thread_cpu = Family::<ThreadLabel, FloatGauge>::default();
+        registry.register(
+            "thread_cpu_seconds",
+            "CPU time of the daemon's live threads so far, by name (probers; consolidate-N, one per --consolidate-cgroups cgroup; metrics; status)",
+            thread_cpu.clone(),
+        );
         Metrics {
             registry,
             vcpu,
@@ -184,6 +210,9 @@ impl Metrics {
             sched_events,
             vcpu_parked,
             pair_latency,
+            own_cpu,
+            own_resident,
+            thread_cpu,
         }
     }
 
@@ -281,8 +310,31 @@ impl Metrics {
         }
     }
 
-    /// The metrics in the OpenMetrics text format.
+    /// The daemon's own cost, read now.
+    fn update_own_cost(&self, cost: &crate::own_cost::OwnCost) {
+        // The counter keeps the total it was last given: add what is new
+        // (the process's CPU time never goes back).
+        let new = cost.cpu_s - self.own_cpu.get();
+        if new > 0.0 {
+            self.own_cpu.inc_by(new);
+        }
+        if let Some(bytes) = cost.resident_bytes {
+            self.own_resident
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+        // Ended threads go; only live ones have a time to report.
+        self.thread_cpu.clear();
+        for (name, s) in &cost.threads {
+            self.thread_cpu
+                .get_or_create(&vec![("thread", name.clone())])
+                .set(*s);
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format, the daemon's own cost
+    /// read at this moment.
     pub fn render(&self) -> String {
+        self.update_own_cost(&crate::own_cost::read());
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -362,6 +414,13 @@ mod tests {
         assert_eq!(value(&text, "vsched_probe_cpu_ratio"), Some(0.0025));
         assert_eq!(value(&text, "vsched_probe_idle_cpu_ratio"), Some(0.005));
         assert_eq!(value(&text, "vsched_model_updates_total"), Some(1.0));
+        // The daemon's own cost, read at the scrape: this test process's.
+        assert!(value(&text, "vsched_process_cpu_seconds_total").is_some_and(|s| s > 0.0));
+        assert!(value(&text, "vsched_process_resident_memory_bytes").is_some_and(|b| b > 0.0));
+        assert!(
+            text.contains("vsched_thread_cpu_seconds{thread=\""),
+            "{text}"
+        );
         for g in VCPU_GAUGES {
             assert!(
                 text.contains(&format!("# HELP vsched_{} ", g.name)),
