@@ -239,6 +239,28 @@ pub fn marked_value(text: &str, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key}: {text}"))
 }
 
+/// The IPI check of the consolidation tests: `marker`'s IPIs over the
+/// `seconds` of the blocking program (its "MARKER ipis" line, from
+/// run_counting_ipis) as shares of `baseline`'s, in total (over the same
+/// time) and per round (for the same work, from the timeline's
+/// "MARKER s_per_round"); it passes if both are at most half. The program
+/// runs for a fixed time, so a speed change moves the two shares in
+/// opposite directions: the total follows the rounds done. Each alone was
+/// fooled by the control's speed (the scheduler without consolidation):
+/// on 2026-12-07 it ran the barrier 3x slower than the default on 7.3.4
+/// (263 µs a round against 86, its vCPUs 61-63% available; a clean-clone
+/// suite at 363c060) and sent 0.28 of the default's IPIs in total but
+/// 0.88 per round, and 1.75x faster on 6.16.12, 0.93 in total and 0.53
+/// per round. With consolidation, 0.14 and 0.16, and 0.10 and 0.04.
+/// Returns (passed, total share, per-round share).
+pub fn ipis_halved(text: &str, marker: &str, baseline: &str, seconds: u32) -> (bool, f64, f64) {
+    let ipis = |m: &str| marked_value(text, &format!("{m} ipis"));
+    let rounds = |m: &str| f64::from(seconds) / marked_value(text, &format!("{m} s_per_round"));
+    let total = ipis(marker) / ipis(baseline);
+    let per_round = (ipis(marker) / rounds(marker)) / (ipis(baseline) / rounds(baseline));
+    (total <= 0.5 && per_round <= 0.5, total, per_round)
+}
+
 /// The consolidation tests' blocking program: 2 threads meeting at a
 /// barrier after ~1 µs of work each, so nearly every round is a wake-up
 /// across vCPUs (Gleaner's Table 1 cost), for `seconds` whatever the
