@@ -62,6 +62,8 @@ ROUNDS=$1
 S=%(seconds)d; I=%(interval_ms)d; ITERS=%(iters)d
 G=/sys/fs/cgroup/work
 mount -t cgroup2 none /sys/fs/cgroup && mkdir -p $G
+# The lab's busybox guest starts with loopback down: up, for the daemon's metrics.
+ip link set lo up
 now() { cut -d' ' -f1 /proc/uptime; }
 ipis() { awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} END {print t + 0}' /proc/interrupts; }
 # The number of CPUs in a cpulist on standard input ("0-1", "1", "0,2-3").
