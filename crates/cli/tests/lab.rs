@@ -75,9 +75,18 @@ fn undisturbed_check(name: &str) -> Value {
             .iter()
             .filter_map(|d| d["description"].as_str())
             .collect();
+        // What the scored items said anyway: no verdict, but a log that
+        // shows whether such disturbances move them is the evidence any
+        // change of the limits needs.
+        let failed = failed_items(&r);
         eprintln!(
-            "{name}: attempt {attempt} of {ATTEMPTS} DISTURBED: {}",
-            why.join("; ")
+            "{name}: attempt {attempt} of {ATTEMPTS} DISTURBED: {}; scored items {}",
+            why.join("; "),
+            if failed.is_empty() {
+                "all within tolerance".to_string()
+            } else {
+                format!("outside tolerance: {failed:?}")
+            }
         );
         reasons.push(format!("attempt {attempt}: {}", why.join("; ")));
         if attempt < ATTEMPTS {

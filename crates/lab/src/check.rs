@@ -163,21 +163,49 @@ fn window_before(p: ProbeWindows, arrived_s: Option<f64>, end_s: f64) -> (f64, f
     }
 }
 
-/// The layout's truth for placement `phase`, with shares (and capacity) from
-/// the host's accounting over `shares_span` and episode means from the
-/// vCPU threads' run-time timeline (else the throttling statistics) over
+/// The light windows of a `--watch` command's reports, on the host's
+/// timeline, that lie inside `span`: where every vCPU was busy with the
+/// probe. Empty if the reports cannot be matched to their arrival times.
+fn light_windows_within(
+    reports: &[ProbeReport],
+    arrivals: &[f64],
+    span: (f64, f64),
+    end_s: f64,
+) -> Vec<(f64, f64)> {
+    if reports.len() != arrivals.len() {
+        return Vec::new();
+    }
+    reports
+        .iter()
+        .zip(arrivals)
+        .map(|(r, &at)| light_window(r, Some(at), end_s))
+        .filter(|&(from, to)| from >= span.0 && to <= span.1)
+        .collect()
+}
+
+/// Host shares for a placement held over `span`: over `windows` (the
+/// probe's light windows in it) from the millisecond timeline where there
+/// are any, else over the whole span from the host samples.
+fn placement_shares(ran: &RunResult, windows: &[(f64, f64)], span: (f64, f64)) -> Option<Vec<f64>> {
+    truth::shares_in_windows(&ran.timeline, windows)
+        .or_else(|| truth::host_shares(&ran.host_samples, span.0, span.1))
+}
+
+/// The layout's truth for placement `phase`, with shares (and capacity) as
+/// the host measured them, where it did, and episode means from the vCPU
+/// threads' run-time timeline (else the throttling statistics) over
 /// `episodes_span` where available.
 fn measured_truth(
     layout: &Layout,
     phase: usize,
     ran: &RunResult,
-    shares_span: (f64, f64),
+    shares: Option<Vec<f64>>,
     episodes_span: (f64, f64),
     ratio: f64,
     min_episode_us: f64,
 ) -> Truth {
     let mut t = truth::truth(&layout.state_at(phase), ratio);
-    if let Some(shares) = truth::host_shares(&ran.host_samples, shares_span.0, shares_span.1) {
+    if let Some(shares) = shares {
         t = t.with_measured_shares(shares, ratio);
     }
     // The timeline, where there is one, saw every way a vCPU was off; the
@@ -234,21 +262,27 @@ pub fn check(
     let emulated = ran.accel.starts_with("tcg");
     // One probe: its light window, located on the host's timeline from
     // when its report arrived. With phases: each placement's span, 1.5-2 s
-    // clear of the change so the EMA has followed.
+    // clear of the change so the EMA has followed, and within it the light
+    // windows of the `--watch` reports.
     // Episodes are timed over the same light window the probe timed them in.
+    let arrivals = report_arrivals(cmd);
     let (shares_span, episodes_span) = match layout.phases.first() {
         Some(p) => ((0.0, p.at_s - 1.5), (0.0, p.at_s)),
         None => {
-            let light = light_window(first, report_arrivals(cmd).first().copied(), end);
+            let light = light_window(first, arrivals.first().copied(), end);
             (light, light)
         }
+    };
+    let windows = match layout.phases.first() {
+        Some(_) => light_windows_within(&reports, &arrivals, shares_span, end),
+        None => vec![shares_span],
     };
     let min_episode_us = first.settings.min_episode_us;
     let initial = measured_truth(
         layout,
         0,
         &ran,
-        shares_span,
+        placement_shares(&ran, &windows, shares_span),
         episodes_span,
         ratio,
         min_episode_us,
@@ -266,11 +300,13 @@ pub fn check(
         }
         let last = &reports[reports.len() - 1];
         let changed = ran.phases_applied_s.last().copied().unwrap_or(0.0);
+        let final_span = (changed + 2.0, end);
+        let windows = light_windows_within(&reports, &arrivals, final_span, end);
         let fin = measured_truth(
             layout,
             layout.phases.len(),
             &ran,
-            (changed + 2.0, end),
+            placement_shares(&ran, &windows, final_span),
             (changed, end),
             ratio,
             min_episode_us,

@@ -108,30 +108,73 @@ pub fn truth(states: &[VcpuState], straggler_ratio: f64) -> Truth {
 /// hypervisor really gave, whatever else the host was doing. `None` without
 /// two samples in the interval.
 pub fn host_shares(samples: &[HostSample], from_s: f64, to_s: f64) -> Option<Vec<f64>> {
-    let (first, last) = span(samples, from_s, to_s)?;
-    let dt = last.at_s - first.at_s;
-    Some(
-        first
-            .cpu_ns
+    shares_in_windows(samples, &[(from_s, to_s)])
+}
+
+/// Share of a host CPU each vCPU thread got over `windows` taken together
+/// (run time summed over the windows, divided by their summed length).
+/// A `--watch` probe keeps its vCPUs busy only in its measuring windows and
+/// leaves them idle between, so a share over the whole span measures how
+/// much other guest work each vCPU did, not what the host gave it: over
+/// becomes-stacked's first 4.5 s, two vCPUs alone on their host CPUs got
+/// 0.82-0.87 of each other while the guest rightly read them equal.
+/// `None` if no window holds two samples.
+pub fn shares_in_windows<S: Sampled>(samples: &[S], windows: &[(f64, f64)]) -> Option<Vec<f64>> {
+    let mut ran: Vec<f64> = Vec::new();
+    let mut length = 0.0;
+    for &(from_s, to_s) in windows {
+        let Some((first, last)) = span(samples, from_s, to_s) else {
+            continue;
+        };
+        let deltas = first
+            .cpu_ns()
             .iter()
-            .zip(&last.cpu_ns)
-            .map(|(a, b)| b.saturating_sub(*a) as f64 / 1e9 / dt)
-            .collect(),
-    )
+            .zip(last.cpu_ns())
+            .map(|(a, b)| b.saturating_sub(*a) as f64 / 1e9);
+        ran.resize(first.cpu_ns().len(), 0.0);
+        for (sum, d) in ran.iter_mut().zip(deltas) {
+            *sum += d;
+        }
+        length += last.at_s() - first.at_s();
+    }
+    (length > 0.0).then(|| ran.iter().map(|r| r / length).collect())
+}
+
+/// A sample of the vCPU threads' cumulative run time: the 100 ms host
+/// samples and the millisecond timeline both are.
+pub trait Sampled {
+    /// Seconds since the first command began.
+    fn at_s(&self) -> f64;
+    /// Cumulative run time of each vCPU thread (ns).
+    fn cpu_ns(&self) -> &[u64];
+}
+
+impl Sampled for HostSample {
+    fn at_s(&self) -> f64 {
+        self.at_s
+    }
+    fn cpu_ns(&self) -> &[u64] {
+        &self.cpu_ns
+    }
+}
+
+impl Sampled for TimelineSample {
+    fn at_s(&self) -> f64 {
+        self.at_s
+    }
+    fn cpu_ns(&self) -> &[u64] {
+        &self.cpu_ns
+    }
 }
 
 /// First and last sample within [from_s, to_s], if they are apart.
-pub(crate) fn span(
-    samples: &[HostSample],
-    from_s: f64,
-    to_s: f64,
-) -> Option<(&HostSample, &HostSample)> {
+pub(crate) fn span<S: Sampled>(samples: &[S], from_s: f64, to_s: f64) -> Option<(&S, &S)> {
     let mut inside = samples
         .iter()
-        .filter(|s| s.at_s >= from_s && s.at_s <= to_s);
+        .filter(|s| s.at_s() >= from_s && s.at_s() <= to_s);
     let first = inside.next()?;
     let last = inside.next_back()?;
-    (last.at_s > first.at_s).then_some((first, last))
+    (last.at_s() > first.at_s()).then_some((first, last))
 }
 
 /// Mean length of the host's throttlings of each capped vCPU between
@@ -447,6 +490,43 @@ mod tests {
             off_episode_means_us(&[], 0.0, 1.0, 200.0),
             Vec::<Option<f64>>::new()
         );
+    }
+
+    /// Regression: becomes-stacked's initial placement (two vCPUs alone on
+    /// their host CPUs) failed its check in 4 of 4 quiet runs, the truth
+    /// reading one vCPU 0.82-0.87 of the other over the whole span, where a
+    /// `--watch` probe keeps its vCPUs busy only in its windows and each
+    /// vCPU's other guest work fills the gaps unequally.
+    #[test]
+    fn watch_probe_shares_count_only_its_windows_not_the_idle_gaps_between() {
+        // 1 ms timeline over 2 s: both threads run all of [0.1, 0.4] and
+        // [1.1, 1.4] (the windows); between them vCPU 0 also runs 20% of
+        // the time, vCPU 1 not at all.
+        let busy = |t: f64| (0.1..0.4).contains(&t) || (1.1..1.4).contains(&t);
+        let mut cpu = [0u64; 2];
+        let timeline: Vec<TimelineSample> = (0..2000)
+            .map(|k| {
+                let t = k as f64 / 1000.0;
+                if busy(t) {
+                    cpu[0] += 1_000_000;
+                    cpu[1] += 1_000_000;
+                } else if k % 5 == 0 {
+                    cpu[0] += 1_000_000;
+                }
+                TimelineSample {
+                    at_s: t,
+                    cpu_ns: cpu.to_vec(),
+                }
+            })
+            .collect();
+        let over_span = shares_in_windows(&timeline, &[(0.0, 2.0)]).unwrap();
+        assert!(over_span[1] / over_span[0] < 0.8, "{over_span:?}");
+        let windows = shares_in_windows(&timeline, &[(0.1, 0.4), (1.1, 1.4)]).unwrap();
+        assert!(
+            windows.iter().all(|s| (s - 1.0).abs() < 0.02),
+            "both got their host CPU in the windows: {windows:?}"
+        );
+        assert_eq!(shares_in_windows(&timeline, &[(3.0, 4.0)]), None);
     }
 
     #[test]
