@@ -31,9 +31,15 @@ use crate::truth::span;
 use serde::Serialize;
 
 /// Host steal on a host CPU running vCPUs above this share of the span
-/// disturbs a run: the limit the noisy-neighbour test (crates/cli/tests)
-/// applies to the probe on this machine, for the same reason.
-pub const STEAL_LIMIT: f64 = 0.02;
+/// disturbs a run. Steal stops a vCPU thread wherever it is, as any other
+/// taker of its host CPU does, so it has the same limit as waiting beyond
+/// the layout ([`WAIT_LIMIT`]). Measured (bench/host_steal_effect.py,
+/// 2026-12-07): every check with less than 10% real steal passed its scored
+/// items, 65 of 65 over the four shipped layouts, with 0-12% more taken by
+/// an emulated steal (2 ms bursts of a SCHED_FIFO thread); with 30-45%
+/// real steal 3 of 11 failed. CI hosts show 2-4% steal for minutes on end,
+/// which voided every attempt of the lab test under a 2% limit.
+pub const STEAL_LIMIT: f64 = 0.05;
 
 /// A vCPU thread that waited for its host CPU, beyond what its layout and
 /// the lab's own threads explain, longer than this share of the span was
@@ -375,17 +381,20 @@ mod tests {
     #[test]
     fn host_steal_beyond_a_tick_on_a_vcpu_cpu_is_a_disturbance() {
         let states = [pinned(0, None), pinned(1, None)];
-        // One tick in a second is quantisation; five ticks (40 ms beyond it) are 4%.
-        let s = samples(&[0.98, 0.98], &[0.01, 0.01], &[None, None], &[1, 5, 9]);
+        // One tick in a second is quantisation; seven ticks (60 ms beyond it) are 6%.
+        let s = samples(&[0.98, 0.98], &[0.01, 0.01], &[None, None], &[1, 7, 9]);
         let d = disturbances(&assess(&states, &s, 0.0, 1.0, TICK));
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!((d[0].kind.as_str(), d[0].host_cpu), ("host_steal", Some(1)));
-        assert_eq!(d[0].measured_pct, 4.0);
+        assert_eq!(d[0].measured_pct, 6.0);
         assert!(
-            d[0].description.contains("50 ms of steal"),
+            d[0].description.contains("70 ms of steal"),
             "{}",
             d[0].description
         );
+        // 4% is within the limit: a CI host's steal for minutes on end.
+        let s4 = samples(&[0.98, 0.98], &[0.01, 0.01], &[None, None], &[1, 5, 9]);
+        assert_eq!(disturbances(&assess(&states, &s4, 0.0, 1.0, TICK)), vec![]);
         // Host CPU 2 runs no vCPU: its steal does not matter; a floating vCPU
         // can run anywhere, so then it does.
         let floating = [pinned(0, None), VcpuState::default()];
