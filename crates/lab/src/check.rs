@@ -266,16 +266,16 @@ pub fn check(
     // windows of the `--watch` reports.
     // Episodes are timed over the same light window the probe timed them in.
     let arrivals = report_arrivals(cmd);
-    let (shares_span, episodes_span) = match layout.phases.first() {
-        Some(p) => ((0.0, p.at_s - 1.5), (0.0, p.at_s)),
+    let (shares_span, episodes_span, windows) = match layout.phases.first() {
+        Some(p) => {
+            let span = (0.0, p.at_s - 1.5);
+            let windows = light_windows_within(&reports, &arrivals, span, end);
+            (span, (0.0, p.at_s), windows)
+        }
         None => {
             let light = light_window(first, arrivals.first().copied(), end);
-            (light, light)
+            (light, light, vec![light])
         }
-    };
-    let windows = match layout.phases.first() {
-        Some(_) => light_windows_within(&reports, &arrivals, shares_span, end),
-        None => vec![shares_span],
     };
     let min_episode_us = first.settings.min_episode_us;
     let initial = measured_truth(
