@@ -365,13 +365,16 @@ echo "@narrowed cpus=[$narrowed] held=[$held] running=[$running] parked=[$parked
 /// After DAEMON_NARROWING: two CPU-bound threads in the cgroup widen it
 /// again, and it is put back as it was (v2's empty "the parent's", the
 /// controller off again) when the daemon stops on SIGTERM. Each step
-/// prints one "@step" line.
+/// prints one "@step" line. The CPU-bound program joins before the
+/// barrier leaves: an empty cgroup gets its widest set back by itself
+/// (vsched_consolidate's `rest_while_empty`), which would pass "@widened"
+/// without the widening for CPU-bound work.
 const DAEMON_WIDENING_AND_SIGTERM: &str = r#"
+sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench cpu 2 4000000000 >/dev/null" & C=$!
 kill $P; wait $P
-sh -c "echo \$\$ > $G/cgroup.procs && exec schedbench cpu 2 4000000000 >/dev/null" & P=$!
 for i in $(seq 100); do [ "$(cpus)" = "0-1" ] && break; sleep 0.1; done
 echo "@widened cpus=[$(cpus)]"
-kill $P; wait $P
+kill $C; wait $C
 kill -TERM $D; wait $D; E=$?
 echo "@stopped exit=$E $(left)"
 cat /tmp/d.log
@@ -464,14 +467,27 @@ fn the_daemon_narrows_a_cgroup_for_blocking_work_and_widens_it_for_cpu_bound_wor
     );
     assert!(text.contains("@stopped exit=0 "), "{text}");
     assert_put_back(text, "stopped");
-    let narrowings: u64 = text
-        .lines()
+    assert!(
+        summary_count(text, " narrowed, ") >= 1,
+        "the summary counts the narrowing: {text}"
+    );
+    // The CPU-bound threads wait on the narrowed set: at once, not by a
+    // trial (which the barrier's phase may have made) and not by the
+    // empty cgroup's rest.
+    assert!(
+        summary_count(text, " widened at once") >= 1,
+        "the set widened at once for the CPU-bound threads: {text}"
+    );
+}
+
+/// The number before `label` in the daemon's consolidation summary.
+fn summary_count(text: &str, label: &str) -> u64 {
+    text.lines()
         .find_map(|l| l.strip_prefix("vsched daemon: consolidation of /sys/fs/cgroup/work: "))
-        .and_then(|l| l.split("trials: ").nth(1))
-        .and_then(|l| l.split(' ').next())
+        .and_then(|l| l.split(label).next())
+        .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no consolidation summary at the end: {text}"));
-    assert!(narrowings >= 1, "the summary counts the narrowing: {text}");
+        .unwrap_or_else(|| panic!("no '{label}' in the summary: {text}"))
 }
 
 /// SIGKILL of the daemon while it keeps a cgroup narrowed: its watchdog

@@ -32,6 +32,16 @@ const TICKS_PER_WALK: u32 = 5;
 /// thread, which inherits the widest set, is only not yet counted.
 const SETTLED_PERIODS_PER_WALK: u32 = 5;
 
+/// How often a target with no threads at all (a managed cgroup that is
+/// empty) is walked, at its widest set: a program that starts there runs
+/// on every vCPU the target allows, as it would without vsched, so a late
+/// walk only narrows it later; and the daemon's shutdown waits at most
+/// this long for the loop. Under the emulator each wake-up of the loop
+/// costs its vCPU about 0.9 ms (a guest on 7.2.13, 2026-12-07: an empty
+/// cgroup's loop at 100 wake-ups a second took 8.6% of a vCPU), so an
+/// empty group is walked four times a second rather than every tick.
+const EMPTY_WALK_EVERY: Duration = Duration::from_millis(250);
+
 /// A long runner's waiting, as a share of the time since the last
 /// reading, that widens the set at once: half (5 ms of a 10 ms tick), as a
 /// thread queued at two slice ends in a row in the scheduler's form.
@@ -65,6 +75,13 @@ pub struct Counts {
     /// Changes of the kernel's preferred CPUs that moved the active set
     /// (a narrowed set moved onto the newly preferred vCPUs at once).
     pub preference_changes: u64,
+    /// Readings each period instead of each tick while the set could
+    /// widen, because none of the threads had run since the last reading
+    /// (`Consolidator::quiet`).
+    pub quiet_readings: u64,
+    /// Walks that found the target without a thread (a managed cgroup
+    /// that is empty): the set at its widest, nothing read.
+    pub empty_walks: u64,
 }
 
 /// A change of the active set, for a plot over time.
@@ -134,6 +151,9 @@ pub struct Consolidator<T: Target> {
     long_runners: u32,
     /// Periods since the last walk, while settled at the widest set.
     settled_periods: u32,
+    /// The last reading found that none of the threads, each read before,
+    /// had run since (`quiet`).
+    nothing_ran: bool,
 }
 
 impl<T: Target> Consolidator<T> {
@@ -159,6 +179,7 @@ impl<T: Target> Consolidator<T> {
             last_max: active,
             long_runners: 0,
             settled_periods: 0,
+            nothing_ran: false,
         }
     }
 
@@ -172,8 +193,12 @@ impl<T: Target> Consolidator<T> {
         let mut tasks = Vec::new();
         // Ticks of TICK while the set can widen; a walk every TICKS_PER_WALK.
         let mut tick_no: u64 = 0;
+        // The last walk found no thread: only walks, EMPTY_WALK_EVERY.
+        let mut empty = false;
         while !stop() {
-            let walk = if self.can_widen() {
+            let walk = if empty || self.quiet() {
+                true
+            } else if self.can_widen() {
                 tick_no % u64::from(TICKS_PER_WALK) == 0
             } else {
                 !self.settled_wide() || self.settled_periods % SETTLED_PERIODS_PER_WALK == 0
@@ -184,6 +209,19 @@ impl<T: Target> Consolidator<T> {
                 };
                 tasks = now;
                 self.follow_max();
+                if tasks.is_empty() {
+                    self.rest_while_empty(!empty);
+                    empty = true;
+                    std::thread::sleep(EMPTY_WALK_EVERY);
+                    continue;
+                }
+                if empty {
+                    // Threads came: their first reading is now, and a
+                    // period's demand counts from it.
+                    empty = false;
+                    next_tick = Instant::now();
+                    next_period = next_tick + period;
+                }
             }
             self.tick(&tasks, walk);
             let now = Instant::now();
@@ -194,12 +232,15 @@ impl<T: Target> Consolidator<T> {
                     next_period = now + period;
                 }
             }
-            if self.can_widen() {
+            if self.can_widen() && !self.quiet() {
                 tick_no += 1;
                 next_tick += TICK;
             } else {
                 // At the widest set, a walk and a reading each period:
-                // what the trials need.
+                // what the trials need; while quiet, the same.
+                if self.quiet() {
+                    self.counts.quiet_readings += 1;
+                }
                 next_tick = next_period;
             }
             match next_tick.checked_duration_since(Instant::now()) {
@@ -211,6 +252,39 @@ impl<T: Target> Consolidator<T> {
         self.target.restore();
         let own = vsched_os::clock::thread_cpu_ns().saturating_sub(cpu0);
         self.report(own)
+    }
+
+    /// A narrowed set whose threads did not run at all since the last
+    /// reading, no trial under way: nothing to widen for until one runs,
+    /// so the threads are read (and walked) each period instead of each
+    /// tick. Under the emulator each reading's wake-up costs the vCPU
+    /// about 0.9 ms (EMPTY_WALK_EVERY), and a cgroup of sleeping services
+    /// read every tick took 12.9% of a vCPU (4 sleeping processes, a guest
+    /// on 7.2.13, 2026-12-07). The price: CPU-bound work that starts in
+    /// a quiet set waits up to a period (100 ms) longer before the set
+    /// widens at once for it.
+    fn quiet(&self) -> bool {
+        self.nothing_ran && self.can_widen() && !self.trials.on_trial()
+    }
+
+    /// The target has no thread (a managed cgroup is empty): the set goes
+    /// back to its widest, where a program that starts there runs as it
+    /// would without vsched, and the trials start again from steady
+    /// periods once threads come. `entering`: the first such walk.
+    fn rest_while_empty(&mut self, entering: bool) {
+        self.counts.empty_walks += 1;
+        if !entering {
+            return;
+        }
+        // Forgets the threads that left, closing their files.
+        self.demand.tick(&[]);
+        self.trials.upset();
+        self.nothing_ran = false;
+        if self.active != self.last_max {
+            self.active = self.last_max;
+            self.moved();
+        }
+        self.apply(&[], false);
     }
 
     fn can_widen(&self) -> bool {
@@ -245,6 +319,7 @@ impl<T: Target> Consolidator<T> {
     fn tick(&mut self, tasks: &[tree::Task], walked: bool) {
         self.counts.ticks += 1;
         let t = self.demand.tick(&self.target.counted(tasks));
+        self.nothing_ran = t.run_ns == 0 && t.first_readings == 0;
         // The first reading after a narrowing covers up to a walk's time.
         let since_ns = std::mem::replace(&mut self.last_reading, Instant::now())
             .elapsed()
@@ -434,5 +509,100 @@ mod tests {
         c.follow_max();
         assert_eq!(c.active, 2, "a narrowed set is the trials' to widen");
         assert!(c.can_widen());
+    }
+
+    /// A target of fixed threads over 2 vCPUs that counts its walks.
+    struct Fixed {
+        tasks: Vec<Task>,
+        walks: Rc<Cell<u32>>,
+    }
+
+    impl Target for Fixed {
+        fn tasks(&mut self) -> Option<Vec<Task>> {
+            self.walks.set(self.walks.get() + 1);
+            Some(self.tasks.clone())
+        }
+        fn counted(&self, tasks: &[Task]) -> Vec<Task> {
+            tasks.to_vec()
+        }
+        fn max(&self) -> usize {
+            2
+        }
+        fn set_of(&self, n: usize) -> Vec<u32> {
+            (0..n.min(2) as u32).collect()
+        }
+        fn prefer(&mut self, _preferred: Option<&[u32]>) -> bool {
+            false
+        }
+        fn apply(&mut self, _tasks: &[Task], _n: usize, _check: bool) {}
+        fn restore(&mut self) {}
+        fn counts(&self) -> PlacementCounts {
+            PlacementCounts::default()
+        }
+    }
+
+    /// Runs a consolidation of `tasks`, narrowed to one of two vCPUs, for
+    /// `ms` milliseconds; its report and how many walks it made.
+    fn run_narrowed(tasks: Vec<Task>, ms: u64) -> (Report, u32) {
+        let walks = Rc::new(Cell::new(0));
+        let target = Fixed {
+            tasks,
+            walks: walks.clone(),
+        };
+        let mut c = Consolidator::new(target, Options::default());
+        c.active = 1;
+        let end = Instant::now() + Duration::from_millis(ms);
+        let report = c.run(|| Instant::now() >= end);
+        (report, walks.get())
+    }
+
+    /// Regression: an empty cgroup under the daemon's consolidation was
+    /// narrowed and then read every 10 ms, about 9% of an emulated vCPU
+    /// for nothing to place. Empty, the set goes back to its widest and is
+    /// only walked, every EMPTY_WALK_EVERY.
+    #[test]
+    fn an_empty_target_is_only_walked_and_given_its_widest_set() {
+        let (report, walks) = run_narrowed(Vec::new(), 600);
+        assert_eq!(report.counts.ticks, 0, "nothing read: {report:?}");
+        assert_eq!(u64::from(walks), report.counts.empty_walks);
+        // 600 ms at one walk per 250 ms: 3, one more for a slow sleep; at
+        // the tick's pace it would be 12.
+        assert!((2..=4).contains(&walks), "{walks} walks");
+        let last = report.active_over_time.last().unwrap();
+        assert_eq!(last.active, 2, "back to the widest set: {report:?}");
+    }
+
+    /// A thread that sleeps throughout: after its first two readings the
+    /// narrowed set is read each period, not each tick; a thread that
+    /// runs throughout keeps the readings at the tick's pace (it may also
+    /// widen the set, where readings are per period anyway).
+    #[test]
+    fn a_narrowed_set_whose_threads_do_not_run_is_read_each_period() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sleeper = std::thread::spawn(move || {
+            tx.send(vsched_os::sched::gettid()).unwrap();
+            std::thread::sleep(Duration::from_millis(900));
+        });
+        let spin_stop = stop.clone();
+        let (tx2, rx2) = std::sync::mpsc::channel();
+        let spinner = std::thread::spawn(move || {
+            tx2.send(vsched_os::sched::gettid()).unwrap();
+            while !spin_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let pid = std::process::id() as i32;
+        let task = |tid| Task { pid, tid };
+        let (quiet, _) = run_narrowed(vec![task(rx.recv().unwrap())], 600);
+        let (busy, _) = run_narrowed(vec![task(rx2.recv().unwrap())], 600);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sleeper.join().unwrap();
+        spinner.join().unwrap();
+        let q = quiet.counts;
+        assert!(q.quiet_readings >= 1, "{q:?}");
+        // Two readings before it is known not to run, then only quiet ones.
+        assert!(q.ticks <= q.quiet_readings + 2, "{q:?}");
+        assert_eq!(busy.counts.quiet_readings, 0, "{:?}", busy.counts);
     }
 }

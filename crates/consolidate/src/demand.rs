@@ -54,6 +54,9 @@ pub struct Tick {
     /// (vsched_sched::policy::long_runner): CPU-bound work that wants a
     /// vCPU of its own.
     pub long_runner_wait_ns: u64,
+    /// Threads read for the first time: their run time counts from the
+    /// next reading.
+    pub first_readings: u32,
 }
 
 /// A period's demand.
@@ -100,6 +103,7 @@ impl Demand {
                 continue;
             };
             let Some(last) = th.last.replace(now) else {
+                tick.first_readings += 1;
                 continue;
             };
             let run = now.run_ns.saturating_sub(last.run_ns);
@@ -176,7 +180,11 @@ mod tests {
             tid: vsched_os::sched::gettid(),
         };
         let mut d = Demand::default();
-        assert_eq!(d.tick(&[me]), Tick::default());
+        let first = Tick {
+            first_readings: 1,
+            ..Tick::default()
+        };
+        assert_eq!(d.tick(&[me]), first, "a baseline only");
         assert_eq!(d.period(100_000_000, true).progress, 0);
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(5) {
