@@ -29,7 +29,7 @@ PRELUDE = r"""
 G=/sys/fs/cgroup/work
 mount -t cgroup2 none /sys/fs/cgroup && mkdir $G
 now() { read u _ < /proc/uptime; echo $(( ${u%.*}${u#*.} * 10 )); }
-narrow() { c=$(cat $G/cpuset.cpus); [ "$c" = 0 ] || [ "$c" = 1 ]; }
+narrow() { c=$(cat $G/cpuset.cpus 2>/dev/null); [ "$c" = 0 ] || [ "$c" = 1 ]; }
 # $1 binary, $2 label: the consolidation thread's CPU over 10 s, 3 s after start.
 cost() {
   $1 daemon --rwc-cgroup work --consolidate-cgroups 2>/tmp/d.log & D=$!
@@ -70,7 +70,7 @@ def guest_script(binaries, rounds):
             f"  react {name}",
             "  kill $S; wait $S 2>/dev/null",
         ]
-    lines.append("done")
+    lines += ["done", "true"]
     return "\n".join(lines) + "\n"
 
 
@@ -130,7 +130,10 @@ def main():
         cmd = [a.vsched, "lab", "run", "--json", "--cmd", "consolidate-idle 2>&1"]
         if a.kernel_version:
             cmd += ["--kernel-version", a.kernel_version]
-        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True, check=True)
+        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"lab run failed ({out.returncode}):\n"
+                             f"{out.stderr[-3000:]}\n{out.stdout[-3000:]}")
     result = json.loads(out.stdout)
     runs = parse(result["commands"][0]["output"])
     print(json.dumps({"schema": "vsched.consolidate-idle-cost/v1",

@@ -34,6 +34,10 @@
  *       YIELDS times each, nothing else: with fewer threads than vCPUs
  *       each yield finds nothing else to run (a spin-wait's yield on a
  *       machine with room), which is what it costs the scheduler
+ *   schedbench spread THREADS LIMIT_MS      how soon THREADS CPU-bound threads,
+ *       started together, run at the same moment on THREADS different
+ *       CPUs (consolidation's reaction to demand that needs more vCPUs);
+ *       prints "spread_ms S", or fails after LIMIT_MS
  *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
  *       the barrier kernel without end, its throughput over time: rounds
  *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
@@ -621,6 +625,78 @@ static void *rt_thread(void *unused)
 	return NULL;
 }
 
+/*
+ * spread: each thread publishes, as often as it can while it runs, which
+ * CPU it is on and when (one 64-bit word, so that a reader never pairs a
+ * CPU with another reading's time); the first thread that finds every
+ * thread fresh on a CPU of its own marks the moment.
+ */
+#define SPREAD_CPU_BITS 16
+/* A reading older than this means its thread is off its CPU: a running
+ * thread publishes every microsecond or so, and a slice is 0.75-3 ms
+ * under EEVDF and 3 ms under vsched's scheduler, so two threads taking
+ * turns on one CPU are never both this fresh on two. */
+#define SPREAD_FRESH_US 1000
+static long spread_threads;
+static double spread_start_s, spread_limit_s;
+static uint64_t spread_seen[128];	/* us since start << SPREAD_CPU_BITS | cpu */
+static uint64_t spread_at_us;		/* 0 until spread */
+
+static int spread_now(uint64_t now_us)
+{
+	int cpus[128];
+
+	for (long i = 0; i < spread_threads; i++) {
+		uint64_t w = __atomic_load_n(&spread_seen[i], __ATOMIC_RELAXED);
+
+		if (!w || now_us - (w >> SPREAD_CPU_BITS) > SPREAD_FRESH_US)
+			return 0;
+		cpus[i] = (int)(w & ((1u << SPREAD_CPU_BITS) - 1));
+		for (long j = 0; j < i; j++)
+			if (cpus[j] == cpus[i])
+				return 0;
+	}
+	return 1;
+}
+
+static void *spread_thread(void *arg)
+{
+	long i = (long)(uintptr_t)arg;
+
+	while (!__atomic_load_n(&spread_at_us, __ATOMIC_RELAXED)) {
+		double t = now_s() - spread_start_s;
+		/* +1: a reading at 0 us must not read as "none yet". */
+		uint64_t us = (uint64_t)(t * 1e6) + 1;
+
+		__atomic_store_n(&spread_seen[i], us << SPREAD_CPU_BITS | (uint64_t)sched_getcpu(),
+				 __ATOMIC_RELAXED);
+		if (spread_now(us))
+			__atomic_store_n(&spread_at_us, us, __ATOMIC_RELAXED);
+		if (t > spread_limit_s)
+			break;
+	}
+	return NULL;
+}
+
+static int run_spread(long threads, long limit_ms)
+{
+	pthread_t t[128];
+
+	spread_threads = threads;
+	spread_limit_s = limit_ms / 1e3;
+	spread_start_s = now_s();
+	for (long i = 0; i < threads; i++)
+		pthread_create(&t[i], NULL, spread_thread, (void *)(uintptr_t)i);
+	for (long i = 0; i < threads; i++)
+		pthread_join(t[i], NULL);
+	if (!spread_at_us) {
+		printf("spread_ms -1\n");
+		return 1;
+	}
+	printf("spread_ms %.3f\n", spread_at_us / 1e3);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t[256];
@@ -631,7 +707,7 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "wakeup"))
 		return run_wakeup(arg(argv, 2));
 	if (argc < 4) {
-		fprintf(stderr, "usage: schedbench cpu|yield|rotate|barrier|pipeline|pingpong|messaging|server|idle|rt|timeline|wakeup ...\n");
+		fprintf(stderr, "usage: schedbench cpu|yield|rotate|barrier|pipeline|pingpong|messaging|server|idle|rt|spread|timeline|wakeup ...\n");
 		return 2;
 	}
 	n = arg(argv, 2);
@@ -678,6 +754,12 @@ int main(int argc, char **argv)
 		}
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, pipeline_stage, (void *)(uintptr_t)i);
+	} else if (!strcmp(argv[1], "spread") && argc == 4) {
+		if (n < 2) {
+			fprintf(stderr, "schedbench: spread needs 2-128 threads\n");
+			return 2;
+		}
+		return run_spread(n, arg(argv, 3));
 	} else if (!strcmp(argv[1], "timeline") && argc == 6) {
 		long seconds = arg(argv, 3), interval_ms = arg(argv, 4);
 

@@ -13,7 +13,7 @@ mod common;
 
 use common::lab::{
     blocking_program, fake_preferred_mask, hidden_vcpus, ipis_halved, json_on_line, layout_with,
-    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, timeline_rates,
+    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, run_in_guest_with_steal, timeline_rates,
     wait_state, with_run_timeout,
 };
 use common::{summary_after, vsched};
@@ -1464,19 +1464,30 @@ fn bvs_effect_shown(low: &[bool], share: f64, control: f64) -> bool {
     low == [true, false] && share >= BVS_MIN_SHARE_PCT && control < share - BVS_MIN_CONTRAST_PCT
 }
 
+/// The host's steal while a guest ran, for the statistical tests' lines
+/// (common::lab::run_in_guest_with_steal): a miss beside high steal reads
+/// differently from one on a quiet host.
+fn steal_text(steal: Option<f64>) -> String {
+    match steal {
+        Some(pct) => format!("host steal up to {pct:.1}% of a host CPU"),
+        None => "host steal not sampled".to_string(),
+    }
+}
+
 #[test]
 fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
     let _guard = common::serial();
     let guest = layout_with_schedbench("sched/bench-bvs");
     let mut showing = 0;
     for attempt in 1..=BVS_ATTEMPTS {
-        let out = run_in_guest(
+        let (out, steal) = run_in_guest_with_steal(
             &guest,
             &[
                 &bvs_run("", "with-bvs"),
                 &bvs_run("--no-bvs", "without-bvs"),
             ],
         );
+        let steal = steal_text(steal);
         let (_, with) = &out[0];
         let (_, without) = &out[1];
         let summary = summary_after(with, "with-bvs");
@@ -1508,7 +1519,8 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         // Visible with --nocapture: the contrast this guest showed.
         println!(
             "bvs attempt {attempt}: {share}% of requests on vCPU 0 with BVS, {control}% without; \
-             low-latency at the end: {low:?}; (available permille, mean episode us): {:?}",
+             low-latency at the end: {low:?}; (available permille, mean episode us): {:?}; \
+             {steal}",
             availability(&summary)
         );
         if bvs_effect_shown(&low, share, control) {
@@ -1521,7 +1533,7 @@ fn bvs_serves_latency_sensitive_requests_from_the_low_latency_vcpu() {
         let miss = format!(
             "attempt {attempt} of {BVS_ATTEMPTS}: {share}% of requests on vCPU 0 with BVS, \
              {control}% without; low-latency vCPUs at the end {low:?} (only vCPU 0, with \
-             1 ms episodes, should be)"
+             1 ms episodes, should be); {steal}"
         );
         common::note("bvs_serves_latency_sensitive_requests", &miss);
         // The guests left cannot make up the number: fail now.
@@ -1544,10 +1556,11 @@ fn bvs_test_procedure_fails_with_bvs_off() {
     let guest = layout_with_schedbench("sched/bench-bvs");
     let mut showing = 0;
     for attempt in 1..=BVS_ATTEMPTS {
-        let out = run_in_guest(
+        let (out, steal) = run_in_guest_with_steal(
             &guest,
             &[&bvs_run("--no-bvs", "a"), &bvs_run("--no-bvs", "b")],
         );
+        let steal = steal_text(steal);
         let (_, a) = &out[0];
         let (_, b) = &out[1];
         let summary = summary_after(a, "a");
@@ -1555,7 +1568,8 @@ fn bvs_test_procedure_fails_with_bvs_off() {
         let low = low_latency_vcpus(&summary);
         let (share, control) = (on_cpu0_pct(a, "a"), on_cpu0_pct(b, "b"));
         println!(
-            "bvs control attempt {attempt}: {share}% and {control}% on vCPU 0, both without BVS"
+            "bvs control attempt {attempt}: {share}% and {control}% on vCPU 0, both without \
+             BVS; {steal}"
         );
         if bvs_effect_shown(&low, share, control) {
             showing += 1;
@@ -1600,7 +1614,7 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
     let calibrate = ivh_calibration();
     let guest = layout_with_schedbench("sched/bench-ivh");
     for attempt in 1..=IVH_ATTEMPTS {
-        let out = run_in_guest(
+        let (out, steal) = run_in_guest_with_steal(
             &guest,
             &[
                 &calibrate,
@@ -1619,7 +1633,10 @@ fn ivh_moves_a_cpu_bound_thread_only_to_active_idle_vcpus() {
             ThreadRun::parse(without, "without-ivh"),
         );
         // Visible with --nocapture: the contrast this guest showed.
-        let contrast = format!("{with_ivh} with IVH, {without_ivh} without");
+        let contrast = format!(
+            "{with_ivh} with IVH, {without_ivh} without; {}",
+            steal_text(steal)
+        );
         println!("ivh attempt {attempt}: {contrast}");
         let moves = ivh_moves_shown(out);
         if ivh_effect_shown(&with_ivh, &without_ivh) && moves.is_ok() {
@@ -1713,7 +1730,7 @@ fn ivh_test_procedure_fails_with_ivh_off() {
     let _guard = common::serial();
     let guest = layout_with_schedbench("sched/bench-ivh");
     for attempt in 1..=IVH_ATTEMPTS {
-        let out = run_in_guest(
+        let (out, steal) = run_in_guest_with_steal(
             &guest,
             &[
                 &ivh_calibration(),
@@ -1725,7 +1742,10 @@ fn ivh_test_procedure_fails_with_ivh_off() {
             ThreadRun::parse(&out[1].1, "a"),
             ThreadRun::parse(&out[2].1, "b"),
         );
-        println!("ivh control attempt {attempt}: {a} and {b}, both without IVH");
+        println!(
+            "ivh control attempt {attempt}: {a} and {b}, both without IVH; {}",
+            steal_text(steal)
+        );
         assert!(
             !ivh_effect_shown(&a, &b),
             "without IVH the test's criterion passed (attempt {attempt}: {a} against {b}): \

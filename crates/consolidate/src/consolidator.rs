@@ -4,7 +4,7 @@
 //! What the threads are and how they get their set is the target's
 //! (crate::target).
 
-use crate::demand::Demand;
+use crate::demand::{Blocks, Demand};
 use crate::placement::PlacementCounts;
 use crate::target::Target;
 use crate::tree;
@@ -154,6 +154,9 @@ pub struct Consolidator<T: Target> {
     /// The last reading found that none of the threads, each read before,
     /// had run since (`quiet`).
     nothing_ran: bool,
+    /// Some thread ran, or was read for the first time, since the last
+    /// period: only then can its blocks have changed.
+    ran_since_period: bool,
 }
 
 impl<T: Target> Consolidator<T> {
@@ -180,6 +183,7 @@ impl<T: Target> Consolidator<T> {
             long_runners: 0,
             settled_periods: 0,
             nothing_ran: false,
+            ran_since_period: false,
         }
     }
 
@@ -320,6 +324,7 @@ impl<T: Target> Consolidator<T> {
         self.counts.ticks += 1;
         let t = self.demand.tick(&self.target.counted(tasks));
         self.nothing_ran = t.run_ns == 0 && t.first_readings == 0;
+        self.ran_since_period |= !self.nothing_ran;
         // The first reading after a narrowing covers up to a walk's time.
         let since_ns = std::mem::replace(&mut self.last_reading, Instant::now())
             .elapsed()
@@ -348,7 +353,15 @@ impl<T: Target> Consolidator<T> {
             self.apply(tasks, false);
         }
         let settled = self.settled_wide();
-        let p = self.demand.period(policy::period_ns(), !settled);
+        let blocks = if settled {
+            Blocks::Forget
+        } else if std::mem::take(&mut self.ran_since_period) {
+            Blocks::Read
+        } else {
+            // A quiet set's periods read nothing more than its ticks did.
+            Blocks::Unchanged
+        };
+        let p = self.demand.period(policy::period_ns(), blocks);
         self.long_runners = p.long_runners;
         self.counts.periods += 1;
         self.counts.active_vcpu_periods += self.active as u64;

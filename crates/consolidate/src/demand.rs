@@ -70,6 +70,19 @@ pub struct Period {
     pub long_runners: u32,
 }
 
+/// What a period does with the threads' blocks (`Demand::period`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocks {
+    /// Read them: the progress since the last period.
+    Read,
+    /// None of the threads ran since the last period, so none blocked:
+    /// no progress, nothing read, the baselines kept.
+    Unchanged,
+    /// Not wanted: nothing read, and every baseline forgotten (the next
+    /// period that reads them reads 0, the one after a whole period's).
+    Forget,
+}
+
 /// The demand of a changing set of threads.
 #[derive(Debug, Default)]
 pub struct Demand {
@@ -131,11 +144,9 @@ impl Demand {
     /// The period's demand since the last call: the run time the ticks
     /// read, the blocks of every thread already known at the last period
     /// (a new one sets its baseline), and the long runners among them.
-    /// `period_ns`: the period's length. Without `progress` the blocks are
-    /// not read (the costliest file, `status`) and every baseline is
-    /// forgotten: the next period with them reads 0, the one after a whole
-    /// period's.
-    pub fn period(&mut self, period_ns: u64, progress_wanted: bool) -> Period {
+    /// `period_ns`: the period's length. `blocks`: whether to read them
+    /// (the costliest file, `status`).
+    pub fn period(&mut self, period_ns: u64, blocks: Blocks) -> Period {
         let mut progress = 0;
         let mut long_runners = 0;
         for (task, th) in self.threads.iter_mut() {
@@ -146,9 +157,13 @@ impl Demand {
             {
                 long_runners += 1;
             }
-            if !progress_wanted {
-                th.blocks = None;
-                continue;
+            match blocks {
+                Blocks::Read => {}
+                Blocks::Unchanged => continue,
+                Blocks::Forget => {
+                    th.blocks = None;
+                    continue;
+                }
             }
             let read = read_kept(&mut self.kept_files, &mut th.files, |f, keep| {
                 f.blocks(*task, keep)
@@ -185,7 +200,7 @@ mod tests {
             ..Tick::default()
         };
         assert_eq!(d.tick(&[me]), first, "a baseline only");
-        assert_eq!(d.period(100_000_000, true).progress, 0);
+        assert_eq!(d.period(100_000_000, Blocks::Read).progress, 0);
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(5) {
             std::hint::spin_loop();
@@ -193,19 +208,29 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         let tick = d.tick(&[me]);
         assert!(tick.run_ns > 0, "{tick:?}");
-        let p = d.period(100_000_000, true);
+        let p = d.period(100_000_000, Blocks::Read);
         assert_eq!(p.busy_ns, tick.run_ns);
         assert!(p.progress > 0, "{p:?}");
         // Without progress: no blocks read, and the baselines forgotten.
         std::thread::sleep(std::time::Duration::from_millis(1));
         d.tick(&[me]);
-        assert_eq!(d.period(100_000_000, false).progress, 0);
+        assert_eq!(d.period(100_000_000, Blocks::Forget).progress, 0);
         std::thread::sleep(std::time::Duration::from_millis(1));
         d.tick(&[me]);
-        assert_eq!(d.period(100_000_000, true).progress, 0, "a new baseline");
+        assert_eq!(d.period(100_000_000, Blocks::Read).progress, 0, "a new baseline");
         std::thread::sleep(std::time::Duration::from_millis(1));
         d.tick(&[me]);
-        assert!(d.period(100_000_000, true).progress > 0);
+        assert!(d.period(100_000_000, Blocks::Read).progress > 0);
+        // Unchanged: nothing read, the baseline kept for the next reading.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        d.tick(&[me]);
+        assert_eq!(d.period(100_000_000, Blocks::Unchanged).progress, 0);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        d.tick(&[me]);
+        assert!(
+            d.period(100_000_000, Blocks::Read).progress >= 2,
+            "both sleeps' blocks, from the kept baseline"
+        );
         assert_eq!(d.kept_files, 2, "schedstat and status kept open");
         assert_eq!(d.tick(&[]), Tick::default());
         assert!(d.threads.is_empty());

@@ -79,6 +79,18 @@ pub const EMULATOR_PANIC_RETRIES: usize = 2;
 /// Output of each guest command, in order, from `lab run --json` of
 /// `layout` with `commands` in place of the layout's.
 pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, String)> {
+    run_in_guest_with_steal(layout_path, commands).0
+}
+
+/// `run_in_guest`, with the most host steal any host CPU showed while the
+/// commands ran, in percent of that time (this machine's hypervisor
+/// taking CPUs from the lab; vsched_lab::disturb): for a statistical lab
+/// test to print beside each guest's result, so that a miss can be set
+/// against the host's state. None where the run has no host samples.
+pub fn run_in_guest_with_steal(
+    layout_path: &str,
+    commands: &[&str],
+) -> (Vec<(Option<i64>, String)>, Option<f64>) {
     let mut args = vec!["lab", "run", "--json"];
     for c in commands {
         args.extend(["--cmd", c]);
@@ -127,7 +139,29 @@ pub fn run_in_guest(layout_path: &str, commands: &[&str]) -> Vec<(Option<i64>, S
             WAIT_STATE_LIMIT_TENTHS / 10
         );
     }
-    outputs
+    (outputs, most_host_steal_pct(&r))
+}
+
+/// The most steal any host CPU showed between a run's first and last
+/// host samples (`lab run --json`'s `host_samples`), in percent.
+fn most_host_steal_pct(run: &Value) -> Option<f64> {
+    let samples = run["host_samples"].as_array()?;
+    let (first, last) = (samples.first()?, samples.last()?);
+    let span_ns = (last["at_s"].as_f64()? - first["at_s"].as_f64()?) * 1e9;
+    let steal = |s: &Value| -> Option<Vec<u64>> {
+        s["host_steal_ns"]
+            .as_array()?
+            .iter()
+            .map(Value::as_u64)
+            .collect()
+    };
+    let (a, b) = (steal(first)?, steal(last)?);
+    let most = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| b.saturating_sub(*a))
+        .max()?;
+    (span_ns > 0.0).then(|| most as f64 / span_ns * 100.0)
 }
 
 /// Share of a layout's `run_timeout_s` past which a test's guest commands
