@@ -66,8 +66,6 @@ mount -t cgroup2 none /sys/fs/cgroup && mkdir -p $G
 ip link set lo up
 now() { cut -d' ' -f1 /proc/uptime; }
 ipis() { awk '/RES:|CAL:/ {for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) t += $i} END {print t + 0}' /proc/interrupts; }
-# The number of CPUs in a cpulist on standard input ("0-1", "1", "0,2-3").
-count_cpus() { tr ',' '\n' | awk -F- '$1 != "" {hi = (NF == 2) ? $2 : $1; for (c = $1; c <= hi; c++) seen[c] = 1} END {n = 0; for (c in seen) n++; print n}'; }
 # The program: the barrier, and two CPU-bound threads from %(burst_at)d s on.
 cat > /tmp/wl.sh <<EOF
 cut -d' ' -f1 /proc/uptime > /tmp/tl.t0
@@ -75,14 +73,19 @@ schedbench timeline 2 $S $I $ITERS > /tmp/tl.out & echo \$! > /tmp/tl.pid
 sleep %(burst_at)d; schedbench cpu 2 %(burst_iters)d > /tmp/burst.out
 wait
 EOF
-# Samples what `$1` prints every 250 ms while the barrier runs, as
-# "@@active FORM ROUND UPTIME N" (the daemon form: its cgroup's cpuset).
+# Samples the daemon's cgroup's cpuset every 250 ms while the barrier
+# runs, as "@@active FORM ROUND UPTIME CPULIST" (counted on the host).
+# Shell builtins only, but for the sleep: under the emulator each process
+# the reader started cost the guest milliseconds beside the program, which
+# only this form has (see the docstring).
 sampler() {
   while [ ! -s /tmp/tl.pid ]; do sleep 0.05; done
-  p=$(cat /tmp/tl.pid)
-  while kill -0 $p 2>/dev/null; do echo "@@active $FORM $R $(now) $($1 $p)"; sleep 0.25; done
+  read p < /tmp/tl.pid
+  while kill -0 $p 2>/dev/null; do
+    read u _ < /proc/uptime; read c < $G/cpuset.cpus.effective
+    echo "@@active $FORM $R $u $c"; sleep 0.25
+  done
 }
-daemon_allowed() { count_cpus < $G/cpuset.cpus.effective; }
 finish() {
   echo "@@rates $FORM $R $(cat /tmp/tl.t0) $(cat /tmp/tl.out)"
   echo "@@burst $FORM $R $(cat /tmp/burst.out)"
@@ -102,7 +105,7 @@ for R in $(seq 0 $((ROUNDS - 1))); do
     3) FORM=daemon
        vsched daemon --rwc-cgroup work --consolidate-cgroups 2>/tmp/d.log & D=$!
        for i in $(seq 40); do n=$(vsched status --json 2>/dev/null | sed -n 's/.*"model_updates":\([0-9]*\).*/\1/p'); [ "${n:-0}" -ge 2 ] && break; sleep 0.5; done
-       A=$(ipis); sampler daemon_allowed & W=$!
+       A=$(ipis); sampler & W=$!
        sh -c "echo \$\$ > $G/cgroup.procs && exec sh /tmp/wl.sh"
        wait $W; finish
        wget -qO- http://127.0.0.1:9488/metrics | grep -E '^vsched_(process_cpu_seconds_total|thread_cpu_seconds\{thread="consolidate-0"\}) ' | sed "s/^/@@cost $FORM $R /"
@@ -146,7 +149,7 @@ def parse(output, vcpus):
             run(parts[1], parts[2])["ipis"] = int(parts[3])
         elif tag == "@@active":
             run(parts[1], parts[2]).setdefault("raw_active", []).append(
-                (float(parts[3]), int(parts[4])))
+                (float(parts[3]), count_cpus(parts[4])))
         elif tag in ("@@sched-start", "@@run-start"):
             starts[(parts[1], int(parts[2]))] = float(parts[3])
         elif tag == "@@report":
@@ -189,6 +192,15 @@ def parse(output, vcpus):
             changes = [(t - t0, n) for t, n in entry.pop("raw_active", [])]
         entry["active"] = on_grid(changes, len(entry.get("rates", [])))
     return runs
+
+
+def count_cpus(cpulist):
+    """The number of CPUs in a cpulist ("0-1", "1", "0,2-3")."""
+    cpus = set()
+    for part in filter(None, cpulist.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return len(cpus)
 
 
 def on_grid(changes, intervals):
