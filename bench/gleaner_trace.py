@@ -147,7 +147,8 @@ def parse(output, vcpus):
             run(parts[1], parts[2])["burst_s"] = float(parts[4])
         elif tag == "@@ipis":
             run(parts[1], parts[2])["ipis"] = int(parts[3])
-        elif tag == "@@active":
+        elif tag == "@@active" and len(parts) == 5:
+            # (A sample whose cpuset read found nothing has no fifth field.)
             run(parts[1], parts[2]).setdefault("raw_active", []).append(
                 (float(parts[3]), count_cpus(parts[4])))
         elif tag in ("@@sched-start", "@@run-start"):

@@ -35,9 +35,10 @@
  *       each yield finds nothing else to run (a spin-wait's yield on a
  *       machine with room), which is what it costs the scheduler
  *   schedbench spread THREADS LIMIT_MS      how soon THREADS CPU-bound threads,
- *       started together, run at the same moment on THREADS different
- *       CPUs (consolidation's reaction to demand that needs more vCPUs);
- *       prints "spread_ms S", or fails after LIMIT_MS
+ *       started together, have run on THREADS different CPUs between them
+ *       (consolidation's reaction to demand that needs more vCPUs; CPUs
+ *       0-63); prints "spread_ms S", or "spread_ms -1" and fails after
+ *       LIMIT_MS
  *   schedbench timeline THREADS SECONDS INTERVAL_MS ITERS
  *       the barrier kernel without end, its throughput over time: rounds
  *       completed in every INTERVAL_MS for SECONDS (vSched Fig. 16)
@@ -626,52 +627,34 @@ static void *rt_thread(void *unused)
 }
 
 /*
- * spread: each thread publishes, as often as it can while it runs, which
- * CPU it is on and when (one 64-bit word, so that a reader never pairs a
- * CPU with another reading's time); the first thread that finds every
- * thread fresh on a CPU of its own marks the moment.
+ * spread: the threads note every CPU they find themselves on in one shared
+ * mask; the moment the mask first holds as many CPUs as there are
+ * threads, the demand has reached that many vCPUs. Under a consolidated
+ * set the threads start where their parent runs, on the narrowed set, and
+ * only a widening lets one of them reach another vCPU.
  */
-#define SPREAD_CPU_BITS 16
-/* A reading older than this means its thread is off its CPU: a running
- * thread publishes every microsecond or so, and a slice is 0.75-3 ms
- * under EEVDF and 3 ms under vsched's scheduler, so two threads taking
- * turns on one CPU are never both this fresh on two. */
-#define SPREAD_FRESH_US 1000
 static long spread_threads;
 static double spread_start_s, spread_limit_s;
-static uint64_t spread_seen[128];	/* us since start << SPREAD_CPU_BITS | cpu */
-static uint64_t spread_at_us;		/* 0 until spread */
+static uint64_t spread_cpus;	/* bit c: some thread ran on CPU c */
+static uint64_t spread_at_us;	/* 0 until spread */
 
-static int spread_now(uint64_t now_us)
+static void *spread_thread(void *unused)
 {
-	int cpus[128];
-
-	for (long i = 0; i < spread_threads; i++) {
-		uint64_t w = __atomic_load_n(&spread_seen[i], __ATOMIC_RELAXED);
-
-		if (!w || now_us - (w >> SPREAD_CPU_BITS) > SPREAD_FRESH_US)
-			return 0;
-		cpus[i] = (int)(w & ((1u << SPREAD_CPU_BITS) - 1));
-		for (long j = 0; j < i; j++)
-			if (cpus[j] == cpus[i])
-				return 0;
-	}
-	return 1;
-}
-
-static void *spread_thread(void *arg)
-{
-	long i = (long)(uintptr_t)arg;
-
+	(void)unused;
 	while (!__atomic_load_n(&spread_at_us, __ATOMIC_RELAXED)) {
 		double t = now_s() - spread_start_s;
-		/* +1: a reading at 0 us must not read as "none yet". */
-		uint64_t us = (uint64_t)(t * 1e6) + 1;
+		uint64_t bit = 1ULL << (sched_getcpu() & 63);
 
-		__atomic_store_n(&spread_seen[i], us << SPREAD_CPU_BITS | (uint64_t)sched_getcpu(),
-				 __ATOMIC_RELAXED);
-		if (spread_now(us))
-			__atomic_store_n(&spread_at_us, us, __ATOMIC_RELAXED);
+		if (!(__atomic_load_n(&spread_cpus, __ATOMIC_RELAXED) & bit)) {
+			uint64_t seen = __atomic_or_fetch(&spread_cpus, bit, __ATOMIC_RELAXED);
+			uint64_t none = 0;
+			/* +1: a spread at 0 us must not read as "not yet". */
+			uint64_t us = (uint64_t)(t * 1e6) + 1;
+
+			if (__builtin_popcountll(seen) >= spread_threads)
+				__atomic_compare_exchange_n(&spread_at_us, &none, us, 0,
+							    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		}
 		if (t > spread_limit_s)
 			break;
 	}
@@ -686,7 +669,7 @@ static int run_spread(long threads, long limit_ms)
 	spread_limit_s = limit_ms / 1e3;
 	spread_start_s = now_s();
 	for (long i = 0; i < threads; i++)
-		pthread_create(&t[i], NULL, spread_thread, (void *)(uintptr_t)i);
+		pthread_create(&t[i], NULL, spread_thread, NULL);
 	for (long i = 0; i < threads; i++)
 		pthread_join(t[i], NULL);
 	if (!spread_at_us) {
@@ -755,8 +738,8 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			pthread_create(&t[i], NULL, pipeline_stage, (void *)(uintptr_t)i);
 	} else if (!strcmp(argv[1], "spread") && argc == 4) {
-		if (n < 2) {
-			fprintf(stderr, "schedbench: spread needs 2-128 threads\n");
+		if (n < 2 || n > 64) {
+			fprintf(stderr, "schedbench: spread needs 2-64 threads\n");
 			return 2;
 		}
 		return run_spread(n, arg(argv, 3));

@@ -27,6 +27,14 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// a late walk costs nothing but a late count): 50 ms.
 const TICKS_PER_WALK: u32 = 5;
 
+/// How often a quiet set (`Consolidator::quiet`) is read and walked:
+/// at the walks' pace while ticking (50 ms), so that threads that start
+/// in it are found as soon as they would be otherwise. Reading each
+/// period instead made a CPU-bound program that started in a quiet
+/// set wait up to 130 ms for the set to widen under `vsched run
+/// --consolidate` (bench/consolidate_reaction.py, 2026-12-07).
+const QUIET_EVERY: Duration = TICK.saturating_mul(TICKS_PER_WALK);
+
 /// Periods between walks while the set is settled at its widest
 /// (`Consolidator::settled_wide`): half a second, within which a new
 /// thread, which inherits the widest set, is only not yet counted.
@@ -236,15 +244,15 @@ impl<T: Target> Consolidator<T> {
                     next_period = now + period;
                 }
             }
-            if self.can_widen() && !self.quiet() {
+            if self.quiet() {
+                self.counts.quiet_readings += 1;
+                next_tick = Instant::now() + QUIET_EVERY;
+            } else if self.can_widen() {
                 tick_no += 1;
                 next_tick += TICK;
             } else {
                 // At the widest set, a walk and a reading each period:
-                // what the trials need; while quiet, the same.
-                if self.quiet() {
-                    self.counts.quiet_readings += 1;
-                }
+                // what the trials need.
                 next_tick = next_period;
             }
             match next_tick.checked_duration_since(Instant::now()) {
@@ -260,13 +268,12 @@ impl<T: Target> Consolidator<T> {
 
     /// A narrowed set whose threads did not run at all since the last
     /// reading, no trial under way: nothing to widen for until one runs,
-    /// so the threads are read (and walked) each period instead of each
-    /// tick. Under the emulator each reading's wake-up costs the vCPU
+    /// so the threads are read (and walked) every QUIET_EVERY instead of
+    /// each tick. Under the emulator each reading's wake-up costs the vCPU
     /// about 0.9 ms (EMPTY_WALK_EVERY), and a cgroup of sleeping services
-    /// read every tick took 12.9% of a vCPU (4 sleeping processes, a guest
-    /// on 7.2.13, 2026-12-07). The price: CPU-bound work that starts in
-    /// a quiet set waits up to a period (100 ms) longer before the set
-    /// widens at once for it.
+    /// read every tick took 11-13% of a vCPU (4 sleeping processes, a
+    /// guest on 7.2.13, 2026-12-07). The price: a thread that wakes in a
+    /// quiet set and runs long is seen up to QUIET_EVERY later.
     fn quiet(&self) -> bool {
         self.nothing_ran && self.can_widen() && !self.trials.on_trial()
     }
@@ -586,11 +593,11 @@ mod tests {
     }
 
     /// A thread that sleeps throughout: after its first two readings the
-    /// narrowed set is read each period, not each tick; a thread that
+    /// narrowed set is read every QUIET_EVERY, not each tick; a thread that
     /// runs throughout keeps the readings at the tick's pace (it may also
     /// widen the set, where readings are per period anyway).
     #[test]
-    fn a_narrowed_set_whose_threads_do_not_run_is_read_each_period() {
+    fn a_narrowed_set_whose_threads_do_not_run_is_read_less_often() {
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sleeper = std::thread::spawn(move || {
