@@ -4,7 +4,7 @@
 //! What the threads are and how they get their set is the target's
 //! (crate::target).
 
-use crate::demand::{Blocks, Demand};
+use crate::demand::{Blocks, Demand, Period};
 use crate::placement::PlacementCounts;
 use crate::target::Target;
 use crate::tree;
@@ -29,10 +29,11 @@ const TICKS_PER_WALK: u32 = 5;
 
 /// How often a quiet set (`Consolidator::quiet`) is read and walked:
 /// at the walks' pace while ticking (50 ms), so that threads that start
-/// in it are found as soon as they would be otherwise. Reading each
-/// period instead made a CPU-bound program that started in a quiet
-/// set wait up to 130 ms for the set to widen under `vsched run
-/// --consolidate` (bench/consolidate_reaction.py, 2026-12-07).
+/// in it are found no later than in a set that ticks. (Each period would
+/// cost less, 3.5% of an emulated vCPU against 5.8% for four sleeping
+/// processes, and in five bursts each no slower widening was measured:
+/// bench/consolidate_reaction.py, 2026-12-07; but a thread could then be
+/// found up to 50 ms later.)
 const QUIET_EVERY: Duration = TICK.saturating_mul(TICKS_PER_WALK);
 
 /// Periods between walks while the set is settled at its widest
@@ -49,6 +50,24 @@ const SETTLED_PERIODS_PER_WALK: u32 = 5;
 /// cgroup's loop at 100 wake-ups a second took 8.6% of a vCPU), so an
 /// empty group is walked four times a second rather than every tick.
 const EMPTY_WALK_EVERY: Duration = Duration::from_millis(250);
+
+/// A saturated set is tried one vCPU wider only while its threads' waits
+/// to run add up to at least this share of the period: half (one thread
+/// waiting half the time). A set kept exactly busy by threads that hand
+/// the vCPU to each other has nothing to gain: a 2-thread barrier alone
+/// on a narrowed cgroup read saturated, was tried wider every second or
+/// two and undone each time, and each failure doubled the wait before
+/// the next narrowing (the daemon's form narrowed again 0.9-7.7 s after
+/// a burst of CPU-bound work, bench/gleaner_trace.py, 2026-12-07). Its
+/// hand-offs wait microseconds each; threads that need another vCPU
+/// wait whole slices.
+const WIDEN_TRIAL_WAIT_DIVISOR: u64 = 2;
+
+/// Whether a period whose trials step asks for a wider set has threads
+/// waiting to run enough to try it (WIDEN_TRIAL_WAIT_DIVISOR).
+fn waits_enough_to_widen(p: &Period, period_ns: u64) -> bool {
+    p.wait_ns >= period_ns / WIDEN_TRIAL_WAIT_DIVISOR
+}
 
 /// A long runner's waiting, as a share of the time since the last
 /// reading, that widens the set at once: half (5 ms of a 10 ms tick), as a
@@ -401,7 +420,7 @@ impl<T: Target> Consolidator<T> {
                 self.trials.started(true);
                 self.counts.trials_narrowed += 1;
             }
-            TrialStep::Widen if can_widen => {
+            TrialStep::Widen if can_widen && waits_enough_to_widen(&p, policy::period_ns()) => {
                 self.active += 1;
                 self.trials.started(false);
                 self.counts.trials_widened += 1;
@@ -624,5 +643,21 @@ mod tests {
         // Two readings before it is known not to run, then only quiet ones.
         assert!(q.ticks <= q.quiet_readings + 2, "{q:?}");
         assert_eq!(busy.counts.quiet_readings, 0, "{:?}", busy.counts);
+    }
+
+    /// Regression: a barrier alone on its narrowed set (saturated, its
+    /// hand-offs waiting microseconds) was tried wider again and again;
+    /// threads that wait whole slices still try a wider set.
+    #[test]
+    fn a_saturated_set_is_tried_wider_only_when_its_threads_wait() {
+        let period = 100_000_000;
+        let saturated = |wait_ns| Period {
+            busy_ns: period,
+            wait_ns,
+            progress: 1000,
+            long_runners: 0,
+        };
+        assert!(!waits_enough_to_widen(&saturated(5_000_000), period));
+        assert!(waits_enough_to_widen(&saturated(period), period));
     }
 }

@@ -63,6 +63,8 @@ pub struct Tick {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Period {
     pub busy_ns: u64,
+    /// The threads' waiting to run, summed (each thread's run delay).
+    pub wait_ns: u64,
     /// The threads' blocks: each ends in a wake-up, the program's progress.
     pub progress: u64,
     /// Threads that run long per slice (policy::long_runner) and ran at
@@ -88,6 +90,7 @@ pub enum Blocks {
 pub struct Demand {
     threads: HashMap<Task, Thread>,
     busy_ns: u64,
+    wait_ns: u64,
     /// Counter files the threads hold open.
     kept_files: usize,
 }
@@ -138,6 +141,7 @@ impl Demand {
             }
         }
         self.busy_ns += tick.run_ns;
+        self.wait_ns += tick.wait_ns;
         tick
     }
 
@@ -178,6 +182,7 @@ impl Demand {
         }
         Period {
             busy_ns: std::mem::take(&mut self.busy_ns),
+            wait_ns: std::mem::take(&mut self.wait_ns),
             progress,
             long_runners,
         }
