@@ -18,11 +18,12 @@ round by round:
   daemon    vsched daemon --rwc-cgroup work --consolidate-cgroups (cpuset)
 
 Whether the set was narrowed when the threads started is each form's
-own account, read just before: the scheduler's last --interval-json line
-(mean active vCPUs over 250 ms), the daemon's cgroup's cpuset; for `vsched
-run --consolidate`, whose report has no clock shared with the guest's, the
-least busy vCPU's share of the second before (/proc/stat: the vCPU the
-set left idles). The default scheduler's runs are the baseline: how soon
+own account: the scheduler's last --interval-json line before (mean
+active vCPUs over 250 ms), the daemon's cgroup's cpuset read just before,
+and `vsched run --consolidate`'s report (its last change of the set
+before the burst, timed from vsched's start). The /proc/stat busy share
+of the least busy vCPU over the second before is recorded beside, for
+reference only. The default scheduler's runs are the baseline: how soon
 the kernel alone spreads the same demand. Prints JSON (schema
 vsched.consolidate-reaction/v1): every run, and per form the median
 spread time over the rounds whose set was narrowed.
@@ -38,11 +39,6 @@ import subprocess
 import tempfile
 
 FORMS = ["default", "sched", "run", "daemon"]
-# `vsched run --consolidate`'s set counts as narrowed when its least busy
-# vCPU was busy at most this share of the second before the burst: the
-# vCPU it leaves runs only the guest's own housekeeping (0-2% read), while
-# one the barrier uses is busy a quarter of the time or more.
-NARROWED_BUSY_SHARE = 0.10
 # The scheduler's set counts as narrowed at this mean of active vCPUs or
 # fewer over its last 250 ms interval.
 NARROWED_MEAN_ACTIVE = 1.5
@@ -60,6 +56,7 @@ awk '/^cpu[0-9]/ {print \$1, \$2+\$3+\$4+\$7+\$8, \$2+\$3+\$4+\$5+\$6+\$7+\$8}' 
 sleep 1
 awk '/^cpu[0-9]/ {print \$1, \$2+\$3+\$4+\$7+\$8, \$2+\$3+\$4+\$5+\$6+\$7+\$8}' /proc/stat > /tmp/st1
 \$HINT > /tmp/hint 2>/dev/null
+cut -d' ' -f1 /proc/uptime > /tmp/burst_at
 kill \$B; wait \$B
 schedbench spread 2 %(limit_ms)d > /tmp/spread.out
 true
@@ -71,16 +68,17 @@ finish() {
 }
 for R in $(seq 0 $((ROUNDS - 1))); do
   for k in 0 1 2 3; do
-    rm -f /tmp/spread.out /tmp/st0 /tmp/st1 /tmp/hint /tmp/iv.jsonl
+    rm -f /tmp/spread.out /tmp/st0 /tmp/st1 /tmp/hint /tmp/iv.jsonl /tmp/burst_at /tmp/r.json
     export HINT=true
     case $(( (k + R) %% 4 )) in
     0) FORM=default; sh /tmp/wl.sh; finish ;;
     1) FORM=sched; export HINT="tail -n 1 /tmp/iv.jsonl"
        vsched sched --consolidate --quiet --interval 250ms --interval-json /tmp/iv.jsonl -- sh /tmp/wl.sh 2>/tmp/s.log || { echo "@@failed sched"; cat /tmp/s.log; }
        finish ;;
-    2) FORM=run
-       vsched run --consolidate -- sh /tmp/wl.sh 2>/tmp/r.log || { echo "@@failed run"; cat /tmp/r.log; }
-       finish ;;
+    2) FORM=run; V=$(cut -d' ' -f1 /proc/uptime)
+       vsched run --consolidate --consolidate-json /tmp/r.json -- sh /tmp/wl.sh 2>/tmp/r.log || { echo "@@failed run"; cat /tmp/r.log; }
+       finish
+       echo "@@run_report $FORM $R $V $(cat /tmp/burst_at) $(tr -d '\n' < /tmp/r.json)" ;;
     3) FORM=daemon; export HINT="cat $G/cpuset.cpus.effective"
        vsched daemon --rwc-cgroup work --consolidate-cgroups 2>/tmp/d.log & D=$!
        for i in $(seq 40); do n=$(vsched status --json 2>/dev/null | sed -n 's/.*"model_updates":\([0-9]*\).*/\1/p'); [ "${n:-0}" -ge 2 ] && break; sleep 0.5; done
@@ -107,6 +105,16 @@ def parse(output):
             entry["spread_ms"] = ms if ms >= 0 else None
         elif parts[0] == "@@least_busy" and len(parts) == 4:
             entry["least_busy_share"] = float(parts[3])
+        elif parts[0] == "@@run_report" and len(parts) > 5:
+            # The report's changes are timed from vsched's start, within
+            # milliseconds of V: the last one before the burst is the set
+            # it met.
+            started, burst_at = float(parts[3]), float(parts[4])
+            report = json.loads(line.split(None, 5)[5])
+            before = [p["active"] for p in report["active_over_time"]
+                      if p["t_s"] <= burst_at - started]
+            if before:
+                entry["active_at_burst"] = before[-1]
         elif parts[0] == "@@hint":
             hint = line.split(None, 3)[3] if len(parts) > 3 else ""
             if parts[1] == "sched" and hint.startswith("{"):
@@ -127,8 +135,8 @@ def narrowed(entry):
     if form == "default":
         return False
     if form == "run":
-        share = entry.get("least_busy_share")
-        return None if share is None else share <= NARROWED_BUSY_SHARE
+        active = entry.get("active_at_burst")
+        return None if active is None else active == 1
     if form == "sched":
         mean = entry.get("mean_active")
         return None if mean is None else mean <= NARROWED_MEAN_ACTIVE
@@ -188,7 +196,6 @@ def main():
                       "rounds": a.rounds,
                       "kernel": a.kernel_version or "the layout's",
                       "accel": result.get("accel"),
-                      "narrowed_busy_share": NARROWED_BUSY_SHARE,
                       "narrowed_mean_active": NARROWED_MEAN_ACTIVE,
                       "summary": summary(runs),
                       "runs": runs}, indent=2))
