@@ -13,8 +13,8 @@ mod common;
 
 use common::lab::{
     blocking_program, fake_preferred_mask, hidden_vcpus, ipis_halved, json_on_line, layout_with,
-    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, run_in_guest_with_steal, timeline_rates,
-    wait_state, with_run_timeout,
+    layout_with_schedbench, marked_value, run_counting_ipis, run_in_guest, run_in_guest_with_steal,
+    timeline_rates, wait_state, with_run_timeout,
 };
 use common::{summary_after, vsched};
 use serde_json::Value;

@@ -222,7 +222,11 @@ mod tests {
         assert_eq!(d.period(100_000_000, Blocks::Forget).progress, 0);
         std::thread::sleep(std::time::Duration::from_millis(1));
         d.tick(&[me]);
-        assert_eq!(d.period(100_000_000, Blocks::Read).progress, 0, "a new baseline");
+        assert_eq!(
+            d.period(100_000_000, Blocks::Read).progress,
+            0,
+            "a new baseline"
+        );
         std::thread::sleep(std::time::Duration::from_millis(1));
         d.tick(&[me]);
         assert!(d.period(100_000_000, Blocks::Read).progress > 0);

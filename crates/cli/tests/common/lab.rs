@@ -156,11 +156,7 @@ fn most_host_steal_pct(run: &Value) -> Option<f64> {
             .collect()
     };
     let (a, b) = (steal(first)?, steal(last)?);
-    let most = a
-        .iter()
-        .zip(&b)
-        .map(|(a, b)| b.saturating_sub(*a))
-        .max()?;
+    let most = a.iter().zip(&b).map(|(a, b)| b.saturating_sub(*a)).max()?;
     (span_ns > 0.0).then(|| most as f64 / span_ns * 100.0)
 }
 
