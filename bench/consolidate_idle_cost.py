@@ -24,6 +24,8 @@ import statistics
 import subprocess
 import tempfile
 
+from labround import run_guest_script
+
 # The guest's cgroup v2 with one managed cgroup; `now` in ms (10 ms steps).
 PRELUDE = r"""
 G=/sys/fs/cgroup/work
@@ -108,33 +110,16 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binaries = ["vsched"]
-        extra = [os.path.abspath(a.schedbench)]
+        extra = [a.schedbench]
         if a.compare:
             old = os.path.join(tmp, "vsched-old")
             subprocess.run(["strip", "-o", old, a.compare], check=True)
             extra.append(old)
             binaries.append("vsched-old")
-        script = os.path.join(tmp, "consolidate-idle")
-        with open(script, "w") as f:
-            f.write(guest_script(binaries, a.rounds))
-        os.chmod(script, 0o755)
-        extra.append(script)
-        with open(a.layout) as f:
-            layout = f.read()
-        listed = ", ".join(json.dumps(p) for p in extra)
-        layout_path = os.path.join(tmp, "layout.toml")
-        with open(layout_path, "w") as f:
-            # Each binary-round takes about a minute under TCG.
-            timeout = 120 + 90 * a.rounds * len(binaries)
-            f.write(f"extra_binaries = [{listed}]\nrun_timeout_s = {timeout}\n" + layout)
-        cmd = [a.vsched, "lab", "run", "--json", "--cmd", "consolidate-idle 2>&1"]
-        if a.kernel_version:
-            cmd += ["--kernel-version", a.kernel_version]
-        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise SystemExit(f"lab run failed ({out.returncode}):\n"
-                             f"{out.stderr[-3000:]}\n{out.stdout[-3000:]}")
-    result = json.loads(out.stdout)
+        # Each binary-round takes about a minute under TCG.
+        result = run_guest_script(a.vsched, a.layout, guest_script(binaries, a.rounds), "",
+                                  extra, timeout_s=120 + 90 * a.rounds * len(binaries),
+                                  kernel_version=a.kernel_version)
     runs = parse(result["commands"][0]["output"])
     print(json.dumps({"schema": "vsched.consolidate-idle-cost/v1",
                       "rounds": a.rounds,

@@ -33,10 +33,9 @@ spread time over the rounds whose set was narrowed.
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import tempfile
+
+from labround import run_guest_script
 
 FORMS = ["default", "sched", "run", "daemon"]
 # The scheduler's set counts as narrowed at this mean of active vCPUs or
@@ -169,28 +168,10 @@ def main():
     ap.add_argument("--kernel-version", help="a sched_ext kernel of the lab's matrix")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "consolidate-reaction")
-        with open(script, "w") as f:
-            f.write(GUEST_SCRIPT % {"limit_ms": SPREAD_LIMIT_MS})
-        os.chmod(script, 0o755)
-        extra = [os.path.abspath(a.schedbench), script]
-        with open(a.layout) as f:
-            layout = f.read()
-        listed = ", ".join(json.dumps(p) for p in extra)
-        layout_path = os.path.join(tmp, "layout.toml")
-        with open(layout_path, "w") as f:
-            # Each form's run takes about 10-25 s under TCG.
-            timeout = 120 + 4 * 40 * a.rounds
-            f.write(f"extra_binaries = [{listed}]\nrun_timeout_s = {timeout}\n" + layout)
-        cmd = [a.vsched, "lab", "run", "--json", "--cmd", f"consolidate-reaction {a.rounds} 2>&1"]
-        if a.kernel_version:
-            cmd += ["--kernel-version", a.kernel_version]
-        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise SystemExit(f"lab run failed ({out.returncode}):\n"
-                             f"{out.stderr[-3000:]}\n{out.stdout[-3000:]}")
-    result = json.loads(out.stdout)
+    # Each form's run takes about 10-25 s under TCG.
+    result = run_guest_script(a.vsched, a.layout, GUEST_SCRIPT % {"limit_ms": SPREAD_LIMIT_MS},
+                              str(a.rounds), [a.schedbench], timeout_s=120 + 4 * 40 * a.rounds,
+                              kernel_version=a.kernel_version)
     runs = parse(result["commands"][0]["output"])
     print(json.dumps({"schema": "vsched.consolidate-reaction/v1",
                       "rounds": a.rounds,

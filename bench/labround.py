@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,3 +51,33 @@ def build_syncbench(directory):
     subprocess.run(["cc", "-O2", "-pthread", "-o", exe,
                     os.path.join(ROOT, "crates/bench/c/syncbench.c")], check=True)
     return exe
+
+
+def run_guest_script(vsched, layout, script, args, extra=(), timeout_s=None,
+                     kernel_version=None):
+    """Boots one guest of `layout` with `vsched lab run --json`, carrying
+    `extra` (paths) and `script` (its text, run as `guest-script ARGS`,
+    stderr with stdout) into its /bin; `timeout_s`: the guest commands'
+    limit. Returns `lab run`'s JSON; stops the benchmark with the lab's
+    output when the run failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "guest-script")
+        with open(path, "w") as f:
+            f.write(script)
+        os.chmod(path, 0o755)
+        listed = ", ".join(json.dumps(os.path.abspath(p)) for p in [*extra, path])
+        with open(layout) as f:
+            text = f.read()
+        head = f"extra_binaries = [{listed}]\n"
+        if timeout_s:
+            head += f"run_timeout_s = {timeout_s}\n"
+        layout_path = os.path.join(tmp, "layout.toml")
+        with open(layout_path, "w") as f:
+            f.write(head + text)
+        cmd = [vsched, "lab", "run", "--json", "--cmd", f"guest-script {args} 2>&1"]
+        if kernel_version:
+            cmd += ["--kernel-version", kernel_version]
+        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"lab run failed ({out.returncode}):\n{out.stderr[-3000:]}\n{out.stdout[-3000:]}")
+    return json.loads(out.stdout)
