@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import tempfile
 
+from labround import run_guest_script
+
 CPU = "schedbench cpu 2 1000000000"
 PHASES = "sh -c 'schedbench barrier 4 20000 2000 >/dev/null; schedbench cpu 2 1000000000'"
 
@@ -81,28 +83,14 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binaries = ["vsched"]
-        extra = [os.path.abspath(a.schedbench)]
+        extra = [a.schedbench]
         if a.compare:
             old = os.path.join(tmp, "vsched-old")
             subprocess.run(["strip", "-o", old, a.compare], check=True)
             extra.append(old)
             binaries.append("vsched-old")
-        script = os.path.join(tmp, "consolidate-ab")
-        with open(script, "w") as f:
-            f.write(guest_script(binaries, a.rounds))
-        os.chmod(script, 0o755)
-        extra.append(script)
-        with open(a.layout) as f:
-            layout = f.read()
-        listed = ", ".join(json.dumps(p) for p in extra)
-        layout_path = os.path.join(tmp, "layout.toml")
-        with open(layout_path, "w") as f:
-            f.write(f"extra_binaries = [{listed}]\n" + layout)
-        cmd = [a.vsched, "lab", "run", "--json", "--cmd", "consolidate-ab 2>&1"]
-        if a.kernel_version:
-            cmd += ["--kernel-version", a.kernel_version]
-        out = subprocess.run(cmd + [layout_path], capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout)
+        result = run_guest_script(a.vsched, a.layout, guest_script(binaries, a.rounds), "",
+                                  extra, kernel_version=a.kernel_version)
     runs = parse(result["commands"][0]["output"])
     print(json.dumps({"schema": "vsched.consolidate-cost-ab/v1",
                       "rounds": a.rounds,

@@ -499,15 +499,28 @@ mod tests {
     use std::cell::Cell;
     use std::rc::Rc;
 
-    /// A target whose widest set the test changes, as RWC changes a
-    /// cgroup's usable vCPUs.
-    struct Shrinking {
+    /// A fake target: fixed threads, a widest set the test may change (as
+    /// RWC changes a cgroup's usable vCPUs), and a count of its walks.
+    struct Fake {
+        tasks: Vec<Task>,
         max: Rc<Cell<usize>>,
+        walks: Rc<Cell<u32>>,
     }
 
-    impl Target for Shrinking {
+    impl Fake {
+        fn new(tasks: Vec<Task>, max: usize) -> Fake {
+            Fake {
+                tasks,
+                max: Rc::new(Cell::new(max)),
+                walks: Rc::new(Cell::new(0)),
+            }
+        }
+    }
+
+    impl Target for Fake {
         fn tasks(&mut self) -> Option<Vec<Task>> {
-            Some(Vec::new())
+            self.walks.set(self.walks.get() + 1);
+            Some(self.tasks.clone())
         }
         fn counted(&self, tasks: &[Task]) -> Vec<Task> {
             tasks.to_vec()
@@ -532,8 +545,9 @@ mod tests {
     /// follows the target back up; a narrowed one stays narrowed.
     #[test]
     fn the_set_follows_the_targets_widest_set() {
-        let max = Rc::new(Cell::new(4));
-        let mut c = Consolidator::new(Shrinking { max: max.clone() }, Options::default());
+        let target = Fake::new(Vec::new(), 4);
+        let max = target.max.clone();
+        let mut c = Consolidator::new(target, Options::default());
         assert_eq!(c.active, 4);
         max.set(3);
         c.follow_max();
@@ -550,44 +564,11 @@ mod tests {
         assert!(c.can_widen());
     }
 
-    /// A target of fixed threads over 2 vCPUs that counts its walks.
-    struct Fixed {
-        tasks: Vec<Task>,
-        walks: Rc<Cell<u32>>,
-    }
-
-    impl Target for Fixed {
-        fn tasks(&mut self) -> Option<Vec<Task>> {
-            self.walks.set(self.walks.get() + 1);
-            Some(self.tasks.clone())
-        }
-        fn counted(&self, tasks: &[Task]) -> Vec<Task> {
-            tasks.to_vec()
-        }
-        fn max(&self) -> usize {
-            2
-        }
-        fn set_of(&self, n: usize) -> Vec<u32> {
-            (0..n.min(2) as u32).collect()
-        }
-        fn prefer(&mut self, _preferred: Option<&[u32]>) -> bool {
-            false
-        }
-        fn apply(&mut self, _tasks: &[Task], _n: usize, _check: bool) {}
-        fn restore(&mut self) {}
-        fn counts(&self) -> PlacementCounts {
-            PlacementCounts::default()
-        }
-    }
-
     /// Runs a consolidation of `tasks`, narrowed to one of two vCPUs, for
     /// `ms` milliseconds; its report and how many walks it made.
     fn run_narrowed(tasks: Vec<Task>, ms: u64) -> (Report, u32) {
-        let walks = Rc::new(Cell::new(0));
-        let target = Fixed {
-            tasks,
-            walks: walks.clone(),
-        };
+        let target = Fake::new(tasks, 2);
+        let walks = target.walks.clone();
         let mut c = Consolidator::new(target, Options::default());
         c.active = 1;
         let end = Instant::now() + Duration::from_millis(ms);
