@@ -109,6 +109,10 @@ pub struct Counts {
     /// Walks that found the target without a thread (a managed cgroup
     /// that is empty): the set at its widest, nothing read.
     pub empty_walks: u64,
+    /// Times the target, after it had threads, was found without any:
+    /// each gave the set its widest at once (`empty_walks` also counts
+    /// the walks of a target empty from the start).
+    pub emptied: u64,
 }
 
 /// A change of the active set, for a plot over time.
@@ -147,14 +151,15 @@ impl Report {
     pub fn trials_summary(&self) -> String {
         let c = &self.counts;
         format!(
-            "{:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once",
+            "{:.2} of {} vCPUs active on average over {:.1} s; trials: {} narrowed, {} widened, {} undone; {} widened at once; {} time(s) empty",
             self.mean_active,
             self.cpus.len(),
             self.duration_s,
             c.trials_narrowed,
             c.trials_widened,
             c.trials_undone,
-            c.widened_at_once
+            c.widened_at_once,
+            c.emptied
         )
     }
 }
@@ -226,6 +231,7 @@ impl<T: Target> Consolidator<T> {
         let mut tick_no: u64 = 0;
         // The last walk found no thread: only walks, EMPTY_WALK_EVERY.
         let mut empty = false;
+        let mut had_threads = false;
         while !stop() {
             let walk = if empty || self.quiet() {
                 true
@@ -241,11 +247,15 @@ impl<T: Target> Consolidator<T> {
                 tasks = now;
                 self.follow_max();
                 if tasks.is_empty() {
+                    if !empty && had_threads {
+                        self.counts.emptied += 1;
+                    }
                     self.rest_while_empty(!empty);
                     empty = true;
                     std::thread::sleep(EMPTY_WALK_EVERY);
                     continue;
                 }
+                had_threads = true;
                 if empty {
                     // Threads came: their first reading is now, and a
                     // period's demand counts from it.
@@ -496,13 +506,13 @@ impl<T: Target> Consolidator<T> {
 mod tests {
     use super::*;
     use crate::tree::Task;
-    use std::cell::Cell;
+    use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
     /// A fake target: fixed threads, a widest set the test may change (as
     /// RWC changes a cgroup's usable vCPUs), and a count of its walks.
     struct Fake {
-        tasks: Vec<Task>,
+        tasks: Rc<RefCell<Vec<Task>>>,
         max: Rc<Cell<usize>>,
         walks: Rc<Cell<u32>>,
     }
@@ -510,7 +520,7 @@ mod tests {
     impl Fake {
         fn new(tasks: Vec<Task>, max: usize) -> Fake {
             Fake {
-                tasks,
+                tasks: Rc::new(RefCell::new(tasks)),
                 max: Rc::new(Cell::new(max)),
                 walks: Rc::new(Cell::new(0)),
             }
@@ -520,7 +530,7 @@ mod tests {
     impl Target for Fake {
         fn tasks(&mut self) -> Option<Vec<Task>> {
             self.walks.set(self.walks.get() + 1);
-            Some(self.tasks.clone())
+            Some(self.tasks.borrow().clone())
         }
         fn counted(&self, tasks: &[Task]) -> Vec<Task> {
             tasks.to_vec()
@@ -585,9 +595,36 @@ mod tests {
         let (report, walks) = run_narrowed(Vec::new(), 600);
         assert_eq!(report.counts.ticks, 0, "nothing read: {report:?}");
         assert_eq!(u64::from(walks), report.counts.empty_walks);
+        assert_eq!(report.counts.emptied, 0, "never had threads: {report:?}");
         // 600 ms at one walk per 250 ms: 3, one more for a slow sleep; at
         // the tick's pace it would be 12.
         assert!((2..=4).contains(&walks), "{walks} walks");
+        let last = report.active_over_time.last().unwrap();
+        assert_eq!(last.active, 2, "back to the widest set: {report:?}");
+    }
+
+    /// A target whose only thread leaves: counted as emptied once (what
+    /// tells a test's race, a cgroup left empty for a moment, from a
+    /// widening the test waits for), and back at its widest set.
+    #[test]
+    fn a_target_whose_threads_leave_is_counted_as_emptied_once() {
+        let me = Task {
+            pid: std::process::id() as i32,
+            tid: vsched_os::sched::gettid(),
+        };
+        let target = Fake::new(vec![me], 2);
+        let tasks = target.tasks.clone();
+        let mut c = Consolidator::new(target, Options::default());
+        c.active = 1;
+        let start = Instant::now();
+        let report = c.run(|| {
+            if start.elapsed() >= Duration::from_millis(200) {
+                tasks.borrow_mut().clear();
+            }
+            start.elapsed() >= Duration::from_millis(700)
+        });
+        assert_eq!(report.counts.emptied, 1, "{:?}", report.counts);
+        assert!(report.counts.empty_walks >= 1, "{:?}", report.counts);
         let last = report.active_over_time.last().unwrap();
         assert_eq!(last.active, 2, "back to the widest set: {report:?}");
     }
