@@ -6,6 +6,7 @@
 use crate::counters::{Schedstat, ThreadFiles};
 use crate::tree::Task;
 use std::collections::HashMap;
+use std::time::Instant;
 use vsched_sched::policy;
 
 /// Counter files kept open at most, two per thread: far below the usual
@@ -57,6 +58,10 @@ pub struct Tick {
     /// Threads read for the first time: their run time counts from the
     /// next reading.
     pub first_readings: u32,
+    /// Threads read for the first time whose whole time on a CPU or
+    /// waiting for one fits in the time since the last reading (born
+    /// since, or as good as new): counted from zero, at once.
+    pub newborn: u32,
 }
 
 /// A period's demand.
@@ -93,15 +98,23 @@ pub struct Demand {
     wait_ns: u64,
     /// Counter files the threads hold open.
     kept_files: usize,
+    /// When the last tick read the counters (None before the first, whose
+    /// threads are all only baselines).
+    last_tick: Option<Instant>,
 }
 
 impl Demand {
     /// Reads the counters of `tasks` (every thread the program has now, in
     /// order, as crate::tree::tasks gives them)
     /// and returns what changed since the last tick. A thread seen for the
-    /// first time only sets its baseline; one gone is forgotten.
+    /// first time only sets its baseline, unless it is newborn (`Tick`);
+    /// one gone is forgotten.
     pub fn tick(&mut self, tasks: &[Task]) -> Tick {
         let mut tick = Tick::default();
+        let since_ns = self
+            .last_tick
+            .replace(Instant::now())
+            .map(|t| t.elapsed().as_nanos() as u64);
         let kept = &mut self.kept_files;
         self.threads.retain(|t, th| {
             let alive = tasks.binary_search(t).is_ok();
@@ -118,9 +131,20 @@ impl Demand {
             let Some(now) = read else {
                 continue;
             };
-            let Some(last) = th.last.replace(now) else {
-                tick.first_readings += 1;
-                continue;
+            let last = match th.last.replace(now) {
+                Some(last) => last,
+                // Born since the last reading: all it ran and waited is
+                // new, and a CPU-bound thread that starts where the set
+                // is too narrow is seen waiting at once, not a reading
+                // later.
+                None if since_ns.is_some_and(|s| now.run_ns + now.wait_ns <= s) => {
+                    tick.newborn += 1;
+                    Schedstat::default()
+                }
+                None => {
+                    tick.first_readings += 1;
+                    continue;
+                }
             };
             let run = now.run_ns.saturating_sub(last.run_ns);
             let wait = now.wait_ns.saturating_sub(last.wait_ns);
@@ -244,5 +268,50 @@ mod tests {
         assert_eq!(d.tick(&[]), Tick::default());
         assert!(d.threads.is_empty());
         assert_eq!(d.kept_files, 0, "a forgotten thread's files are closed");
+    }
+
+    /// Runs this thread for `ms` of its own CPU time (other tests may
+    /// share the CPUs).
+    fn spin(ms: u64) {
+        let start = vsched_os::clock::thread_cpu_ns();
+        while vsched_os::clock::thread_cpu_ns() - start < ms * 1_000_000 {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A thread born since the last reading is counted from zero at its
+    /// first (what it ran and waited is all new); one that ran longer
+    /// than the time since is only a baseline, as at the first tick.
+    #[test]
+    fn a_thread_born_since_the_last_reading_counts_at_once() {
+        let me = Task {
+            pid: std::process::id() as i32,
+            tid: vsched_os::sched::gettid(),
+        };
+        // This thread has now run 30 ms, more than the time to come
+        // before the next reading (its newborn's 5 ms, unless the CPUs
+        // are far busier than a test run makes them).
+        spin(30);
+        let mut d = Demand::default();
+        d.tick(&[]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (spun_tx, spun_rx) = std::sync::mpsc::channel();
+        let born = std::thread::spawn(move || {
+            tx.send(vsched_os::sched::gettid()).unwrap();
+            spin(5);
+            spun_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        });
+        let newborn = Task {
+            pid: me.pid,
+            tid: rx.recv().unwrap(),
+        };
+        spun_rx.recv().unwrap();
+        let mut both = vec![me, newborn];
+        both.sort_unstable();
+        let t = d.tick(&both);
+        born.join().unwrap();
+        assert_eq!((t.newborn, t.first_readings), (1, 1), "{t:?}");
+        assert!(t.run_ns >= 5_000_000, "the newborn's 5 ms spin: {t:?}");
     }
 }

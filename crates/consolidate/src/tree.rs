@@ -30,12 +30,51 @@ const CHILDREN_BYTES: usize = 64 * 1024;
 #[derive(Debug, Default)]
 pub struct Tree {
     children: HashMap<Task, KeptFile>,
+    /// The newest id at the last walk.
+    newest_at_walk: Option<i32>,
+    newest: NewestId,
+}
+
+/// The id the kernel gave the newest process or thread (the last field
+/// of /proc/loadavg; threads take their ids from the same counter), read
+/// from a file kept open: where it has not changed since a walk, no thread
+/// has started anywhere, and the tree needs no walk.
+#[derive(Debug, Default)]
+pub struct NewestId(Option<std::fs::File>);
+
+impl NewestId {
+    /// The newest id, None where /proc/loadavg cannot be read.
+    pub fn read(&mut self) -> Option<i32> {
+        use std::os::unix::fs::FileExt;
+        if self.0.is_none() {
+            self.0 = std::fs::File::open("/proc/loadavg").ok();
+        }
+        // "0.00 0.01 0.05 1/123 4567\n": under 64 bytes on any machine.
+        let mut buf = [0u8; 128];
+        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n])
+            .ok()?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    }
 }
 
 impl Tree {
+    /// Whether a thread may have started since the last walk: the kernel
+    /// has given out an id since (or that cannot be told).
+    pub fn may_have_grown(&mut self) -> bool {
+        let newest = self.newest.read();
+        newest.is_none() || newest != self.newest_at_walk
+    }
+
     /// Every thread of `root` and of its descendants, in order; empty when
     /// `root` is gone. Processes that exit during the walk are skipped.
     pub fn tasks(&mut self, root: i32) -> Vec<Task> {
+        // Read before the walk: a thread that starts during it changes
+        // the id after, and the next look walks again.
+        self.newest_at_walk = self.newest.read();
         let mut out = Vec::new();
         let mut pending = vec![root];
         let mut seen = 0;
@@ -124,5 +163,22 @@ mod tests {
         );
         assert!(found.iter().any(|t| t.pid == child_pid), "{found:?}");
         assert!(Tree::default().tasks(i32::MAX).is_empty());
+    }
+
+    /// A walk is wanted again only once a thread has started (anywhere:
+    /// other tests' threads may make it true sooner, never false).
+    #[test]
+    fn the_tree_may_have_grown_only_once_a_thread_started() {
+        let me = std::process::id() as i32;
+        let mut tree = Tree::default();
+        assert!(tree.may_have_grown(), "never walked");
+        tree.tasks(me);
+        let before = tree.newest.read().expect("/proc/loadavg");
+        std::thread::spawn(|| {}).join().unwrap();
+        assert!(tree.newest.read().unwrap() != before, "a new thread's id");
+        assert!(tree.may_have_grown());
+        tree.tasks(me);
+        let walked = tree.newest_at_walk;
+        assert_eq!(tree.may_have_grown(), tree.newest.read() != walked);
     }
 }
