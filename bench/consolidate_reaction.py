@@ -29,7 +29,7 @@ Whether the set was narrowed when the threads started is each form's
 own account: the scheduler's last --interval-json line before (mean
 active vCPUs over 250 ms), the daemon's cgroup's cpuset read just before,
 and `vsched run --consolidate`'s report (its last change of the set
-before the burst, timed from vsched's start). The /proc/stat busy share
+before the burst, placed by its began_boottime_s). The /proc/stat busy share
 of the least busy vCPU over the second before is recorded beside, for
 reference only. The default scheduler's runs are the baseline: how soon
 the kernel alone spreads the same demand. Prints JSON (schema
@@ -114,10 +114,10 @@ for R in $(seq 0 $((ROUNDS - 1))); do
     sched)
        vsched sched --consolidate --quiet --interval 250ms --interval-json /tmp/iv.jsonl -- sh /tmp/wl.sh 2>/tmp/s.log || { echo "@@failed sched"; cat /tmp/s.log; }
        finish ;;
-    run*) V=$(cut -d' ' -f1 /proc/uptime)
+    run*)
        $V_BIN run --consolidate --consolidate-json /tmp/r.json -- sh /tmp/wl.sh 2>/tmp/r.log || { echo "@@failed $FORM"; cat /tmp/r.log; }
        finish
-       echo "@@run_report $FORM $R $V $(cat /tmp/burst_at) $(tr -d '\n' < /tmp/r.json)" ;;
+       echo "@@run_report $FORM $R $(cat /tmp/burst_at) $(tr -d '\n' < /tmp/r.json)" ;;
     daemon*)
        $V_BIN daemon --rwc-cgroup work --consolidate-cgroups 2>/tmp/d.log & D=$!
        for i in $(seq 40); do n=$($V_BIN status --json 2>/dev/null | sed -n 's/.*"model_updates":\([0-9]*\).*/\1/p'); [ "${n:-0}" -ge 2 ] && break; sleep 0.5; done
@@ -145,26 +145,28 @@ def parse(output):
             entry["spread_ms"] = ms if ms >= 0 else None
         elif parts[0] == "@@least_busy" and len(parts) == 4:
             entry["least_busy_share"] = float(parts[3])
-        elif parts[0] == "@@run_report" and len(parts) > 5:
+        elif parts[0] == "@@run_report" and len(parts) > 4:
             # The report's changes are timed from the consolidation's
-            # start, which it gives on /proc/uptime's clock (V, taken
-            # before vsched started, is hundreds of ms early under TCG:
-            # the widening after the burst would count as before it): the
-            # last one before the burst is the set it met.
-            started, burst_at = float(parts[3]), float(parts[4])
-            report = json.loads(line.split(None, 5)[5])
-            started = report.get("began_boottime_s", started)
-            before = [p["active"] for p in report["active_over_time"]
-                      if p["t_s"] <= burst_at - started]
+            # start, which it gives on /proc/uptime's clock (a report
+            # without it, from an older vsched, says nothing: the uptime
+            # before vsched started is hundreds of ms early under TCG, and
+            # the widening after the burst would count as before it).
+            burst_at = float(parts[3])
+            report = json.loads(line.split(None, 4)[4])
+            started = report.get("began_boottime_s")
+            if started is None:
+                continue
+            burst_s = burst_at - started
+            before = [p["active"] for p in report["active_over_time"] if p["t_s"] <= burst_s]
             if before:
                 entry["active_at_burst"] = before[-1]
-            # How soon after the burst the set widened: what took the
-            # consolidation (the rest of spread_ms is the kernel's moving
-            # a thread onto the vCPU given back).
+            # How soon after the sampler let the burst go the set widened:
+            # the emulated shell's kill, fork and exec before the threads
+            # start are in it, so it is no part of spread_ms.
             after = [p["t_s"] for p in report["active_over_time"]
-                     if p["t_s"] > burst_at - started and p["active"] > 1]
+                     if p["t_s"] > burst_s and p["active"] > 1]
             if after:
-                entry["widened_after_ms"] = round((after[0] - (burst_at - started)) * 1e3, 3)
+                entry["widened_after_ms"] = round((after[0] - burst_s) * 1e3, 3)
         elif parts[0] == "@@hint":
             hint = line.split(None, 3)[3] if len(parts) > 3 else ""
             if parts[1] == "sched" and hint.startswith("{"):
